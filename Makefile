@@ -1,0 +1,62 @@
+# StoreTune: `make demo` and `make test` do all the set-up on a fresh Debian machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SHARED ?= ../shared
+DEMO_DB ?= results/demo.sqlite
+# Debian packages the test suite needs: a real PostgreSQL for the PostgreSQL history path.
+APT_TEST := postgresql
+
+.PHONY: setup demo test test-fast apt clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+	  || { echo "StoreTune needs Python >= 3.10; $(PYTHON) is $$($(PYTHON) --version 2>&1)"; exit 1; }
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory apt PKGS=python3-venv
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $@
+
+# Install the Debian packages in PKGS that are missing (as root; CI runs as root).
+apt:
+	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "installing $$missing needs root: sudo make $(MAKECMDGOALS)"; exit 1; fi; \
+	  echo "apt-get install $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+test: setup
+	@$(MAKE) --no-print-directory apt PKGS="$(APT_TEST)"
+	$(BIN)/pytest
+
+test-fast: setup
+	$(BIN)/pytest -m "not slow and not postgres"
+
+# The embedded default: the project's own measured dataset once there is one, else a public table.
+demo: setup
+	@dataset=$$(ls datasets/*/manifest.json 2>/dev/null | head -n1 | xargs -r dirname); \
+	if [ -z "$$dataset" ]; then \
+	  dataset=$(SHARED)/datasets/moot_configs/BDBC.csv; \
+	  if [ ! -f "$$dataset" ]; then \
+	    echo "make demo needs a dataset: none measured in datasets/ yet, and no $$dataset (clone the shared data beside this repository)"; \
+	    exit 1; \
+	  fi; \
+	  echo "StoreTune has no dataset of its own yet: replaying $$dataset (Berkeley DB C, 2,560 measured configurations)."; \
+	fi; \
+	mkdir -p $$(dirname $(DEMO_DB)); \
+	$(BIN)/storetune tune --runner dataset --dataset "$$dataset" --algorithm random --budget 100 --seed 1 \
+	  --db sqlite:///$(DEMO_DB) --json | tee results/demo-summary.json | tail -n1 > /dev/null; \
+	id=$$(tail -n1 results/demo-summary.json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["campaign"])'); \
+	$(BIN)/storetune best $$id --db sqlite:///$(DEMO_DB); \
+	echo; \
+	echo "Results: the history is $(DEMO_DB) (SQLite), the summary results/demo-summary.json."; \
+	echo "  every trial:  $(BIN)/storetune trials $$id --db sqlite:///$(DEMO_DB)"; \
+	echo "  campaigns:    $(BIN)/storetune campaigns --db sqlite:///$(DEMO_DB)"
+
+clean:
+	rm -rf $(VENV) results .pytest_cache *.egg-info

@@ -1,0 +1,109 @@
+"""Shared fixtures: the public datasets in ../shared, history URLs, a private PostgreSQL server."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("STORETUNE_SHARED", ROOT.parent / "shared")) / "datasets"
+_SCRIPT = Path(sys.executable).parent / "storetune"  # the console script a user runs
+STORETUNE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "api.cli"]
+
+
+def shared(relative: str) -> Path:
+    """A file of ../shared/datasets; the test is skipped, saying so, where it is absent."""
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"{path} is not here: clone the shared data beside the repository")
+    return path
+
+
+@pytest.fixture
+def bdbc() -> Path:
+    return shared("moot_configs/BDBC.csv")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'history.sqlite'}"
+
+
+def run_cli(*args: str, db: str | None = None, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``storetune`` in a real subprocess, as a user would."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if db:
+        env["STORETUNE_DATABASE_URL"] = db
+    proc = subprocess.run([*STORETUNE, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"storetune {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL URL: $STORETUNE_TEST_POSTGRES_URL, or a private server started for this session."""
+    given = os.environ.get("STORETUNE_TEST_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bindirs:
+        pytest.skip("PostgreSQL is not installed; `make test` installs it (apt-get install postgresql)")
+    bindir = Path(bindirs[-1])
+    top = Path(tempfile.mkdtemp(prefix="storetune-pg-"))
+    data, sockets = top / "data", top / "sock"
+    sockets.mkdir()
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        as_user = ["runuser", "-u", "postgres", "--"]
+        os.chmod(top, 0o755)
+        shutil.chown(sockets, "postgres")
+        data.mkdir()
+        shutil.chown(data, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    log = sockets / "server.log"
+
+    def pg(*cmd: str) -> None:
+        proc = subprocess.run([*as_user, *cmd], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            server_log = log.read_text() if log.exists() else ""
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}{server_log}")
+
+    pg(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync")
+    options = f"-k {sockets} -p {port} -c listen_addresses='' -c fsync=off"
+    pg(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start")
+    try:
+        pg(str(bindir / "createdb"), "-h", str(sockets), "-p", str(port), "-U", "postgres", "storetune")
+        yield f"postgresql+psycopg://postgres@/storetune?host={sockets}&port={port}"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each history test runs on SQLite and on a real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.sqlite'}"
+    request.applymarker(pytest.mark.postgres)
+    url = request.getfixturevalue("postgres_url")
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as c:  # each test starts from an empty schema
+        c.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    return url
