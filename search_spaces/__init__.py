@@ -1,0 +1,29 @@
+"""What can be tuned: parameters, their domains and validity rules, and the space definitions.
+
+The bottom layer of StoreTune: it imports nothing from tuner/, runners/ or api/.
+"""
+
+from search_spaces.catalog import list_spaces, load_space, space_from_dict
+from search_spaces.conditions import Condition
+from search_spaces.config import Config, Value, config_hash, format_config
+from search_spaces.parameter import InvalidConfig, Kind, Parameter
+from search_spaces.space import Forbidden, SearchSpace
+from search_spaces.table import TableSpace, infer_table_space
+
+__all__ = [
+    "Condition",
+    "Config",
+    "Forbidden",
+    "InvalidConfig",
+    "Kind",
+    "Parameter",
+    "SearchSpace",
+    "TableSpace",
+    "Value",
+    "config_hash",
+    "format_config",
+    "infer_table_space",
+    "list_spaces",
+    "load_space",
+    "space_from_dict",
+]

@@ -1,0 +1,255 @@
+"""A search space: parameters with conditions and forbidden combinations, and the operations
+every algorithm needs (sample, validate, encode/decode, neighbours, enumerate, hash)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from search_spaces.conditions import Condition
+from search_spaces.config import Config, Value, config_hash
+from search_spaces.parameter import InvalidConfig, Parameter
+
+MAX_SAMPLE_ATTEMPTS = 10_000
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """A combination the tools refuse, e.g. an inode larger than the block on ext4."""
+
+    condition: Condition
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.reason} ({self.condition.describe()})"
+
+
+class SearchSpace:
+    """Parameters in dependency order: a parameter's ``when`` may refer only to those before it."""
+
+    def __init__(
+        self,
+        name: str,
+        parameters: Sequence[Parameter],
+        forbidden: Sequence[Forbidden] = (),
+        description: str = "",
+    ):
+        self.name = name
+        self.description = description
+        self.parameters: tuple[Parameter, ...] = tuple(parameters)
+        self.forbidden: tuple[Forbidden, ...] = tuple(forbidden)
+        self._by_name = {p.name: p for p in self.parameters}
+        if len(self._by_name) != len(self.parameters):
+            raise ValueError(f"space {name!r}: parameter names repeat")
+        index = {p.name: i for i, p in enumerate(self.parameters)}
+        for i, p in enumerate(self.parameters):
+            for ref in p.when.referenced():
+                if index.get(ref, i) >= i:
+                    raise ValueError(f"space {name!r}: {p.name!r} depends on {ref!r}, which is not declared before it")
+        # A forbidden rule can be judged as soon as the last parameter it names is decided.
+        self._rules_at: dict[int, list[Forbidden]] = {}
+        for rule in self.forbidden:
+            unknown = rule.condition.referenced() - set(index)
+            if unknown:
+                raise ValueError(f"space {name!r}: forbidden rule names unknown parameters {sorted(unknown)}")
+            self._rules_at.setdefault(max(index[r] for r in rule.condition.referenced()), []).append(rule)
+        referenced = {r for p in self.parameters for r in p.when.referenced()}
+        referenced |= {r for f in self.forbidden for r in f.condition.referenced()}
+        # Free parameters multiply the space; factoring them out keeps enumerate and count fast.
+        self._free = [p for p in self.parameters if p.when.always and p.name not in referenced]
+        self._bound = [p for p in self.parameters if p not in self._free]
+
+    # --- lookup ---------------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Parameter:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise InvalidConfig(
+                f"unknown parameter {name!r} for space {self.name!r}; known: {', '.join(self._by_name)}", name
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    @property
+    def finite(self) -> bool:
+        return all(p.finite for p in self.parameters)
+
+    # --- validity -------------------------------------------------------------------------------
+    def validate(self, config: Mapping[str, Any], *, fill_defaults: bool = False) -> Config:
+        """The canonical Config, or InvalidConfig naming the parameter and what it allows.
+
+        With ``fill_defaults``, active parameters that are missing take their defaults.
+        """
+        for name in config:
+            self[name]  # raises on an unknown parameter
+        out: dict[str, Value] = {}
+        for p in self.parameters:
+            if not p.when.holds(out):
+                if p.name in config:
+                    because = ", ".join(f"{r}={out.get(r, '(unset)')}" for r in sorted(p.when.referenced()))
+                    raise InvalidConfig(
+                        f"{p.name} does not apply when {because}; it applies only when {p.when.describe()}", p.name
+                    )
+                continue
+            if p.name in config:
+                out[p.name] = p.canonical(config[p.name])
+            elif fill_defaults:
+                out[p.name] = p.default
+            else:
+                raise InvalidConfig(f"missing parameter {p.name!r}; allowed: {p.describe_domain()}", p.name)
+        for rule in self.forbidden:
+            if rule.condition.holds(out):
+                raise InvalidConfig(f"forbidden combination: {rule.describe()}")
+        return Config(out)
+
+    def contains(self, config: Mapping[str, Any]) -> bool:
+        try:
+            return self.validate(config) == Config(config)
+        except InvalidConfig:
+            return False
+
+    def default(self) -> Config:
+        return self.validate({}, fill_defaults=True)
+
+    def hash(self, config: Mapping[str, Any]) -> str:
+        return config_hash(config)
+
+    # --- sampling and moves -----------------------------------------------------------------------
+    def sample(self, rng: np.random.Generator) -> Config:
+        """A uniformly drawn valid configuration (per parameter, then rejection of forbidden ones)."""
+        for _ in range(MAX_SAMPLE_ATTEMPTS):
+            out: dict[str, Value] = {}
+            for p in self.parameters:
+                if p.when.holds(out):
+                    out[p.name] = p.sample(rng)
+            if not any(rule.condition.holds(out) for rule in self.forbidden):
+                return Config(out)
+        raise RuntimeError(f"space {self.name!r}: no valid configuration in {MAX_SAMPLE_ATTEMPTS} draws")
+
+    def neighbours(self, config: Mapping[str, Any]) -> list[Config]:
+        """Valid configurations one parameter move away; newly active parameters take their defaults."""
+        base = self.validate(config)
+        seen = {base}
+        out: list[Config] = []
+        for name, value in base.items():
+            for moved in self[name].steps(value):
+                candidate = self._resolve({**base, name: moved})
+                if candidate is not None and candidate not in seen:
+                    seen.add(candidate)
+                    out.append(candidate)
+        return out
+
+    def _resolve(self, values: Mapping[str, Value]) -> Config | None:
+        """Keep the active parameters (defaults for missing ones); None if forbidden."""
+        out: dict[str, Value] = {}
+        for p in self.parameters:
+            if p.when.holds(out):
+                out[p.name] = values.get(p.name, p.default)
+        if any(rule.condition.holds(out) for rule in self.forbidden):
+            return None
+        return Config(out)
+
+    # --- enumeration ----------------------------------------------------------------------------
+    def enumerate(self) -> Iterator[Config]:
+        """Every valid configuration, in a fixed order. Only for finite spaces."""
+        self._require_finite("enumerate")
+        order = {p.name: i for i, p in enumerate(self.parameters)}
+        free_names = [p.name for p in self._free]
+        for bound in self._enumerate_bound():
+            for free in itertools.product(*(p.domain() for p in self._free)):
+                merged = {**bound, **dict(zip(free_names, free))}
+                yield Config(sorted(merged.items(), key=lambda kv: order[kv[0]]))
+
+    def cardinality(self) -> int | None:
+        """How many valid configurations there are; None for a space with a real parameter."""
+        if not self.finite:
+            return None
+        return sum(1 for _ in self._enumerate_bound()) * math.prod(p.size for p in self._free)
+
+    def _enumerate_bound(self) -> Iterator[dict[str, Value]]:
+        index = {p.name: i for i, p in enumerate(self.parameters)}
+
+        def walk(k: int, partial: dict[str, Value]) -> Iterator[dict[str, Value]]:
+            if k == len(self._bound):
+                yield dict(partial)
+                return
+            p = self._bound[k]
+            choices = p.domain() if p.when.holds(partial) else (None,)
+            for v in choices:
+                if v is not None:
+                    partial[p.name] = v
+                rules = self._rules_at.get(index[p.name], ())
+                if not any(rule.condition.holds(partial) for rule in rules):
+                    yield from walk(k + 1, partial)
+                partial.pop(p.name, None)
+
+        return walk(0, {})
+
+    def _require_finite(self, what: str) -> None:
+        if not self.finite:
+            reals = [p.name for p in self.parameters if not p.finite]
+            raise TypeError(f"cannot {what} space {self.name!r}: real-valued parameters {reals}")
+
+    # --- numeric encoding -----------------------------------------------------------------------
+    @property
+    def width(self) -> int:
+        return sum(p.width for p in self.parameters)
+
+    def encode(self, config: Mapping[str, Any]) -> np.ndarray:
+        """A vector in [0, 1]^width; an inactive parameter is encoded as its default."""
+        parts: list[float] = []
+        for p in self.parameters:
+            parts.extend(p.encode(config[p.name] if p.name in config else p.default))
+        return np.asarray(parts, dtype=float)
+
+    def decode(self, vector: Sequence[float]) -> Config:
+        """The configuration nearest to a vector; inactive parameters are dropped. Forbidden
+        combinations are not checked here: call validate() on the result where that matters."""
+        if len(vector) != self.width:
+            raise ValueError(f"space {self.name!r}: expected a vector of {self.width} numbers, got {len(vector)}")
+        values, at = {}, 0
+        for p in self.parameters:
+            values[p.name] = p.decode(vector[at : at + p.width])
+            at += p.width
+        out: dict[str, Value] = {}
+        for p in self.parameters:
+            if p.when.holds(out):
+                out[p.name] = values[p.name]
+        return Config(out)
+
+    # --- description ----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The definition, in the same shape as the YAML files (see search_spaces.catalog)."""
+        params = []
+        for p in self.parameters:
+            d: dict[str, Any] = {"name": p.name, "kind": p.kind.value}
+            if p.values:
+                d["values"] = list(p.values)
+            else:
+                d.update(low=p.low, high=p.high, log=p.log)
+            d["default"] = p.default
+            if not p.when.always:
+                d["when"] = p.when.to_spec()
+            d.update({k: v for k, v in (("doc", p.doc), ("source", p.source), ("unit", p.unit)) if v})
+            params.append(d)
+        forbidden = [{"when": f.condition.to_spec(), "reason": f.reason} for f in self.forbidden]
+        return {"name": self.name, "description": self.description, "parameters": params, "forbidden": forbidden}
+
+    def fingerprint(self) -> str:
+        """A stable hash of the definition: campaigns on the same fingerprint share a history."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return f"SearchSpace({self.name!r}, {len(self.parameters)} parameters)"

@@ -1,0 +1,64 @@
+"""The storage spaces encode what mkfs accepts and what the kernel mounts."""
+
+from __future__ import annotations
+
+import pytest
+
+from search_spaces import InvalidConfig, load_space
+
+
+@pytest.fixture(scope="module")
+def v1():
+    return load_space("storage_v1")
+
+
+def test_ext2_has_no_journal(v1):
+    with pytest.raises(InvalidConfig, match="journal_mode does not apply when fs=ext2"):
+        v1.validate({"fs": "ext2", "journal_mode": "ordered"}, fill_defaults=True)
+    assert "journal_mode" not in v1.validate({"fs": "ext2"}, fill_defaults=True)
+
+
+@pytest.mark.parametrize("fs", ["ext3", "ext4"])
+def test_journalled_ext_has_journal_mode_and_commit(v1, fs):
+    config = v1.validate({"fs": fs, "journal_mode": "writeback", "commit_s": 30}, fill_defaults=True)
+    assert config["journal_mode"] == "writeback" and config["commit_s"] == 30
+
+
+def test_flex_bg_is_ext4_only(v1):
+    assert "flex_bg_size" in v1.validate({"fs": "ext4"}, fill_defaults=True)
+    with pytest.raises(InvalidConfig, match="flex_bg_size"):
+        v1.validate({"fs": "ext3", "flex_bg_size": 16}, fill_defaults=True)
+
+
+def test_inode_may_not_exceed_block(v1):
+    with pytest.raises(InvalidConfig, match="forbidden combination.*inode larger than the block"):
+        v1.validate({"fs": "ext4", "block_size": 1024, "inode_size": 2048}, fill_defaults=True)
+    v1.validate({"fs": "ext4", "block_size": 2048, "inode_size": 2048}, fill_defaults=True)
+
+
+def test_xfs_block_sizes_start_at_1024(v1):
+    xfs = {c["block_size"] for c in v1.enumerate() if c["fs"] == "xfs"}
+    assert xfs == {1024, 2048, 4096}
+
+
+def test_btrfs_sector_is_the_page_size(v1):
+    assert {c["block_size"] for c in v1.enumerate() if c["fs"] == "btrfs"} == {4096}
+
+
+def test_values_from_the_command_line_are_coerced(v1):
+    config = v1.validate({"fs": "xfs", "block_size": "2048", "xfs_agcount": "8"}, fill_defaults=True)
+    assert config["block_size"] == 2048 and isinstance(config["block_size"], int)
+
+
+def test_admission_threshold_applies_to_regressors_and_cutoff_labels():
+    space = load_space("admission")
+    period = space.validate({"model_kind": "classifier", "labeling": "period"}, fill_defaults=True)
+    assert "threshold_percentile" not in period and "loss_bias" not in period
+    cutoff = space.validate({"model_kind": "classifier", "labeling": "cutoff"}, fill_defaults=True)
+    assert "threshold_percentile" in cutoff and "class_weight" in cutoff
+    regressor = space.validate({"model_kind": "regressor"}, fill_defaults=True)
+    assert {"threshold_percentile", "loss_bias"} <= set(regressor) and "labeling" not in regressor
+    with pytest.raises(InvalidConfig, match="loss_bias"):
+        space.validate({"model_kind": "regressor", "loss_bias": 1.0}, fill_defaults=True)
+    with pytest.raises(InvalidConfig, match="class_weight"):
+        space.validate({"model_kind": "classifier", "class_weight": 0.5}, fill_defaults=True)
