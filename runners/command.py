@@ -1,0 +1,91 @@
+"""Measures a configuration by running a user's own benchmark command.
+
+The command receives the configuration in its environment, as ``STORETUNE_CONFIG`` (a JSON
+object) and one ``STORETUNE_<PARAMETER>`` variable per parameter, plus ``STORETUNE_SEED``.
+It prints its metrics as a JSON object on the last line of standard output, for example
+``{"throughput_ops": 1523.4, "latency_p99_us": 812}``. Exit status 77 means "this configuration
+is refused" (INVALID); any other non-zero status is a crash (FAILED).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import time
+from typing import Any, ClassVar
+
+from runners.base import Direction, Measurement, Status, Workload, host_environment
+from search_spaces import Config, InvalidConfig, load_space
+
+INVALID_EXIT_STATUS = 77
+STDERR_TAIL = 500  # characters of stderr kept as the reason of a failure
+
+
+class CommandRunner:
+    name: ClassVar[str] = "command"
+
+    def __init__(self, command: str, space: str, timeout_s: float = 3600.0, workload: str | None = None):
+        self.argv = shlex.split(command)
+        if not self.argv:
+            raise ValueError("--command is empty")
+        self.command = command
+        self.space = load_space(space)
+        self.timeout_s = timeout_s
+        self.workload = Workload("command", workload or os.path.basename(self.argv[0]), {"command": command})
+
+    def metrics(self) -> dict[str, Direction | None]:
+        return {}  # whatever the command prints; the campaign names its objective
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "space": self.space.name,
+            "timeout_s": self.timeout_s,
+            "workload": self.workload.name,
+        }
+
+    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+        try:
+            config = self.space.validate(config)
+        except InvalidConfig as e:
+            return Measurement.failed(Status.INVALID, str(e))
+        env = {**os.environ, "STORETUNE_CONFIG": json.dumps(config.to_dict()), "STORETUNE_SEED": str(seed)}
+        env.update({f"STORETUNE_{k.upper()}": str(v) for k, v in config.items()})
+        record = {**host_environment(), "engine": "command", "command": self.command, "seed": seed}
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            )
+        except OSError as e:
+            return Measurement.failed(Status.FAILED, f"cannot start {self.argv[0]}: {e.strerror}", env=record)
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: a benchmark often forks workers
+            proc.communicate()
+            return Measurement.failed(
+                Status.TIMEOUT, f"no result after {self.timeout_s:g} s", env=record, duration_s=self.timeout_s
+            )
+        duration = time.monotonic() - started
+        tail = err.strip()[-STDERR_TAIL:]
+        if proc.returncode == INVALID_EXIT_STATUS:
+            return Measurement.failed(Status.INVALID, tail or "refused by the command", env=record, duration_s=duration)
+        if proc.returncode != 0:
+            reason = f"exit status {proc.returncode}" + (f": {tail}" if tail else "")
+            return Measurement.failed(Status.FAILED, reason, env=record, duration_s=duration)
+        lines = out.strip().splitlines()
+        try:
+            metrics = json.loads(lines[-1]) if lines else None
+            metrics = {str(k): float(v) for k, v in metrics.items()}
+        except (ValueError, TypeError, AttributeError):
+            return Measurement.failed(
+                Status.FAILED, "the last line of stdout is not a JSON object of numbers", env=record, duration_s=duration
+            )
+        if not all(math.isfinite(v) for v in metrics.values()):
+            return Measurement.failed(Status.FAILED, f"non-finite metric in {metrics}", env=record, duration_s=duration)
+        return Measurement(Status.SUCCEEDED, metrics, env=record, duration_s=duration)

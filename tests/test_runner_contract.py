@@ -1,0 +1,150 @@
+"""The contract every runner keeps, run against each of them, plus each runner's own failures."""
+
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import shared
+from runners import Runner, Status, make_runner
+from search_spaces import Config
+
+# A stand-in for a user's benchmark script: a deterministic function of the configuration.
+BENCH = textwrap.dedent(
+    """
+    import json, os, sys, time, zlib
+    config = json.loads(os.environ["STORETUNE_CONFIG"])
+    time.sleep(float(os.environ.get("BENCH_SLEEP", "0")))
+    if config.get("fs") == "btrfs" and os.environ.get("BENCH_REFUSE_BTRFS"):
+        print("btrfs is not installed here", file=sys.stderr); sys.exit(77)
+    if os.environ.get("BENCH_CRASH"):
+        print("segmentation fault (core dumped)", file=sys.stderr); sys.exit(139)
+    noise = zlib.crc32(os.environ["STORETUNE_SEED"].encode()) % 100 / 1000
+    base = zlib.crc32(json.dumps(config, sort_keys=True).encode()) % 1000
+    print("some benchmark chatter")
+    print(json.dumps({"throughput_ops": base + config["block_size"] / 100 + noise, "latency_us": 1e6 / (base + 1)}))
+    """
+)
+
+
+def bench_command(tmp_path: Path) -> str:
+    script = tmp_path / "bench.py"
+    script.write_text(BENCH)
+    return f"{sys.executable} {script}"
+
+
+FACTORIES: dict[str, Callable[[Path], Runner]] = {
+    "dataset-moot": lambda tmp: make_runner("dataset", dataset=str(shared("moot_configs/PostgreSQL.csv"))),
+    "dataset-atc18": lambda tmp: make_runner(
+        "dataset", dataset=str(shared("cao_atc18_subset")), context={"workload_id": 4, "disk_type": 0}
+    ),
+    "command": lambda tmp: make_runner("command", command=bench_command(tmp), space="storage_v1"),
+}
+
+
+@pytest.fixture(params=list(FACTORIES))
+def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
+    return FACTORIES[request.param](tmp_path)
+
+
+def test_is_a_runner(runner: Runner):
+    assert isinstance(runner, Runner)
+    assert runner.name and runner.workload.fingerprint()
+
+
+def test_a_valid_configuration_is_measured(runner: Runner):
+    config = runner.space.sample(np.random.default_rng(0))
+    m = runner.run(config, runner.workload, seed=7)
+    assert m.status is Status.SUCCEEDED, m.reason
+    assert m.metrics and all(math.isfinite(v) for v in m.metrics.values())
+    assert set(runner.metrics()) <= set(m.metrics)
+    assert m.env.get("engine") and m.env.get("seed") == 7
+
+
+def test_the_same_seed_gives_the_same_measurement(runner: Runner):
+    config = runner.space.sample(np.random.default_rng(1))
+    first = runner.run(config, runner.workload, seed=11)
+    again = runner.run(config, runner.workload, seed=11)
+    assert first.metrics == again.metrics
+
+
+def test_a_configuration_outside_the_space_is_invalid_not_raised(runner: Runner):
+    config = runner.space.sample(np.random.default_rng(2)).replace(no_such_knob=1)
+    m = runner.run(config, runner.workload, seed=0)
+    assert m.status is Status.INVALID
+    assert "no_such_knob" in m.reason
+
+
+def test_settings_rebuild_the_same_runner(runner: Runner):
+    again = make_runner(runner.name, **runner.settings())
+    assert again.workload.fingerprint() == runner.workload.fingerprint()
+    assert again.space.fingerprint() == runner.space.fingerprint()
+
+
+# --- the dataset runner ------------------------------------------------------------------------------
+def test_dataset_draws_repeats_with_the_seed():
+    runner = make_runner("dataset", dataset=str(shared("moot_configs/PostgreSQL.csv")))
+    config = runner.space.members[0]
+    draws = {runner.run(config, runner.workload, seed=s).env["repeat"] for s in range(60)}
+    assert len(draws) > 10  # 22 repeats: the seed picks among them
+
+
+def test_dataset_configuration_absent_from_the_table_is_invalid(tmp_path: Path):
+    table = tmp_path / "t.csv"
+    table.write_text("a,b,PERF-\n1,1,3\n1,2,4\n2,1,5\n")  # (2, 2) was not measured
+    runner = make_runner("dataset", dataset=str(table))
+    m = runner.run(Config(a=2, b=2), runner.workload, seed=0)
+    assert m.status is Status.INVALID and "not present in t" in m.reason
+
+
+def test_dataset_replays_recorded_failures(tmp_path: Path):
+    table = tmp_path / "t.csv"
+    table.write_text("fs,repeat,status,reason,ops\next4,0,SUCCEEDED,,10\nxfs,0,FAILED,fio crashed,\n")
+    runner = make_runner("dataset", dataset=str(table))
+    m = runner.run(Config(fs="xfs"), runner.workload, seed=0)
+    assert (m.status, m.reason) == (Status.FAILED, "fio crashed")
+
+
+# --- the command runner ------------------------------------------------------------------------------
+def _command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Runner:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return make_runner("command", command=bench_command(tmp_path), space="storage_v1", timeout_s=2)
+
+
+def test_command_exit_77_is_invalid_with_its_stderr(tmp_path, monkeypatch):
+    runner = _command(tmp_path, monkeypatch, BENCH_REFUSE_BTRFS="1")
+    config = runner.space.validate({"fs": "btrfs"}, fill_defaults=True)
+    m = runner.run(config, runner.workload, seed=0)
+    assert (m.status, m.reason) == (Status.INVALID, "btrfs is not installed here")
+
+
+def test_command_crash_is_failed_with_its_exit_status(tmp_path, monkeypatch):
+    runner = _command(tmp_path, monkeypatch, BENCH_CRASH="1")
+    m = runner.run(runner.space.default(), runner.workload, seed=0)
+    assert m.status is Status.FAILED
+    assert m.reason == "exit status 139: segmentation fault (core dumped)"
+
+
+def test_command_that_hangs_is_a_timeout(tmp_path, monkeypatch):
+    runner = _command(tmp_path, monkeypatch, BENCH_SLEEP="30")
+    m = runner.run(runner.space.default(), runner.workload, seed=0)
+    assert m.status is Status.TIMEOUT and m.duration_s == 2
+
+
+def test_command_without_json_is_failed(tmp_path):
+    runner = make_runner("command", command="echo hello", space="storage_v1")
+    m = runner.run(runner.space.default(), runner.workload, seed=0)
+    assert m.status is Status.FAILED and "not a JSON object" in m.reason
+
+
+def test_command_that_does_not_exist_is_failed(tmp_path):
+    runner = make_runner("command", command="/no/such/benchmark --fast", space="storage_v1")
+    m = runner.run(runner.space.default(), runner.workload, seed=0)
+    assert m.status is Status.FAILED and "cannot start /no/such/benchmark" in m.reason

@@ -1,0 +1,118 @@
+"""Reading exhaustive tables: formats, one-hot groups, repeats, setup columns, and bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import shared
+from runners import Status
+from runners.tables import DatasetError, load_table
+from search_spaces import Config, Kind
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text.strip() + "\n")
+    return path
+
+
+def test_moot_objective_direction_and_one_hot_groups():
+    table = load_table(shared("moot_configs/BDBC.csv"))
+    assert table.format == "moot" and table.metrics == {"PERF": "min"}
+    ps = table.space["pS"]
+    assert ps.kind is Kind.CATEGORICAL and ps.values == ("1K", "4K", "8K", "16K", "32K")
+    assert table.space["cS"].values == ("32MB", "16MB", "64MB", "512MB")
+    assert "pS1K" not in table.space
+    assert table.space.cardinality() == 2560 == len(table.repeats)
+
+
+def test_repeats_are_grouped_and_their_mean_is_the_ground_truth():
+    table = load_table(shared("moot_configs/PostgreSQL.csv"))
+    assert table.space.cardinality() == 864
+    assert {len(r) for r in table.repeats.values()} == {22}
+    assert "root" not in table.space  # a constant column is not a knob
+    means = table.means("Performance")
+    config = next(iter(table.repeats))
+    assert means[config] == pytest.approx(float(np.mean(table.repeats[config][:, 0])))
+
+
+def test_optional_one_hot_group_gets_a_none_value():
+    table = load_table(shared("moot_configs/SQL_AllMeasurements.csv"))
+    assert table.space["sQLITE_TEMP_STORE"].values == ("zero", "one", "two", "three", "none")
+
+
+def test_atc18_subset_needs_its_setup_pinned():
+    folder = shared("cao_atc18_subset")
+    with pytest.raises(DatasetError, match="'workload_id' describes the setup.*--context workload_id=<value>"):
+        load_table(folder)
+    table = load_table(folder, {"workload_id": "4", "disk_type": "3"})
+    assert table.context == {"workload_id": 4, "machine_id": 6, "disk_type": 3}
+    assert set(table.space.names) == {"file_system", "io_scheduler", "block_size", "bg_count", "inode_size"}
+    assert table.space["io_scheduler"].values == ("cfq", "deadline", "noop")  # codes spelled out
+    assert table.metrics == {"throughput": "max"}
+
+
+def test_a_context_value_that_is_absent_lists_the_present_ones():
+    with pytest.raises(DatasetError, match="workload_id=9: not in the table; values: 1, 4"):
+        load_table(shared("cao_atc18_subset"), {"workload_id": 9, "disk_type": 3})
+
+
+def test_long_format_with_failures_and_a_manifest(tmp_path: Path):
+    write(
+        tmp_path / "measurements.csv",
+        """
+workload,fs,block_size,repeat,status,reason,throughput_ops,latency_p99_us
+fileserver,ext4,4096,0,SUCCEEDED,,1000,900
+fileserver,ext4,4096,1,SUCCEEDED,,1100,950
+fileserver,xfs,4096,0,SUCCEEDED,,1500,700
+fileserver,xfs,1024,0,INVALID,mkfs.xfs: block size 1024 too small,,
+varmail,ext4,4096,0,SUCCEEDED,,300,2000
+""",
+    )
+    (tmp_path / "manifest.json").write_text(json.dumps({"files": ["measurements.csv"], "metrics": {"throughput_ops": "max"}}))
+    table = load_table(tmp_path, {"workload": "fileserver"})
+    assert table.format == "long"
+    assert table.metrics == {"throughput_ops": "max", "latency_p99_us": "min"}
+    assert table.repeats[Config(fs="ext4", block_size=4096)].tolist() == [[1000, 900], [1100, 950]]
+    assert table.outcomes[Config(fs="xfs", block_size=1024)] == (Status.INVALID, "mkfs.xfs: block size 1024 too small")
+    assert table.workload.params["context"] == {"workload": "fileserver"}
+
+
+def test_plain_table_needs_its_metric_named(tmp_path: Path):
+    path = write(tmp_path / "t.csv", "a,b,PERF\n1,2,3.5\n2,2,4.5")
+    with pytest.raises(DatasetError, match="name it with --metric"):
+        load_table(path)
+    assert load_table(path, metric="PERF").metrics == {"PERF": None}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "the file is empty"),
+        ("a,b,PERF-", "a header but no rows"),
+        ("a,b,PERF-\n1,2,3\n1,2,3,4", "malformed CSV.*line 3"),
+        ("a,b,PERF-\n1,2,3\n1,3,fast", "line 3: metric 'PERF' is 'fast', not a number"),
+    ],
+)
+def test_malformed_tables_say_which_file_and_line(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(DatasetError, match=message):
+        load_table(path)
+
+
+def test_tables_must_share_a_header(tmp_path: Path):
+    a = write(tmp_path / "a.csv", "x,PERF-\n1,2")
+    b = write(tmp_path / "b.csv", "y,PERF-\n1,2")
+    with pytest.raises(DatasetError, match="columns differ"):
+        load_table([a, b])
+
+
+def test_the_workload_fingerprint_follows_the_content(tmp_path: Path):
+    path = write(tmp_path / "t.csv", "a,PERF-\n1,2\n2,3")
+    before = load_table(path).workload.fingerprint()
+    write(path, "a,PERF-\n1,2\n2,4")
+    assert load_table(path).workload.fingerprint() != before
