@@ -1,0 +1,153 @@
+"""The campaign loop: budget, repeats, failures as data, resume, and nothing half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import shared
+from runners import Measurement, Status, make_runner
+from search_spaces import Config
+from tuner import Campaign, CampaignSpec, History
+from tuner.campaign import trial_seed
+
+
+def spec(path: Path, **kw) -> CampaignSpec:
+    return CampaignSpec(runner="dataset", runner_settings={"dataset": str(path)}, **kw)
+
+
+def test_spends_the_budget_on_distinct_configurations_with_repeats(sqlite_url):
+    history = History(sqlite_url)
+    campaign = Campaign.create(history, spec(shared("moot_configs/PostgreSQL.csv"), budget=20, seed=3, repeats=3))
+    summary = campaign.run()
+    trials = history.trials(campaign.id, measurements=True)
+    assert summary.trials_by_status == {"SUCCEEDED": 20} and summary.evaluated == 20
+    assert len({t.config_hash for t in trials}) == 20
+    for t in trials:
+        values = [m.metrics["Performance"] for m in t.measurements]
+        assert len(values) == 3 and t.value == pytest.approx(sum(values) / 3)
+    assert summary.objective == {"metric": "Performance", "direction": "min"}
+    assert summary.best_value == min(t.value for t in trials)
+    assert history.campaign(campaign.id).state == "finished"
+
+
+def test_repeats_draw_different_noise(sqlite_url):
+    history = History(sqlite_url)
+    campaign = Campaign.create(history, spec(shared("moot_configs/PostgreSQL.csv"), budget=5, repeats=4))
+    campaign.run()
+    draws = [tuple(m.env["repeat"] for m in t.measurements) for t in history.trials(campaign.id, measurements=True)]
+    assert any(len(set(d)) > 1 for d in draws)
+
+
+def test_the_same_seed_measures_a_configuration_with_the_same_noise():
+    config = Config(a=1)
+    assert trial_seed(7, config) == trial_seed(7, Config(a=1)) != trial_seed(8, config)
+
+
+def test_bad_input_writes_nothing(sqlite_url, bdbc):
+    history = History(sqlite_url)
+    cases = [
+        (dict(algorithm="annealing"), "unknown algorithm"),
+        (dict(algorithm_params={"x": "1"}), "unknown hyperparameter"),
+        (dict(budget=3000), "more than the 2560 configurations"),
+        (dict(budget=0), "budget must be at least 1"),
+        (dict(repeats=0), "repeats must be at least 1"),
+        (dict(metric="latency"), "unknown metric 'latency'; this runner reports: PERF"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(ValueError, match=message):
+            Campaign.create(history, spec(bdbc, **kw))
+    assert history.campaigns() == []
+
+
+def test_recorded_failures_count_and_are_not_proposed_again(sqlite_url, tmp_path):
+    table = tmp_path / "sweep.csv"
+    rows = ["fs,bs,repeat,status,reason,ops"]
+    for fs in ("ext4", "xfs", "btrfs"):
+        for bs in (1024, 4096):
+            ok = not (fs == "btrfs" and bs == 1024)
+            rows.append(f"{fs},{bs},0,{'SUCCEEDED' if ok else 'INVALID'},{'' if ok else 'sector size'},{bs if ok else ''}")
+    table.write_text("\n".join(rows) + "\n")
+    history = History(sqlite_url)
+    summary = Campaign.create(history, spec(table, budget=6)).run()
+    assert summary.trials_by_status == {"SUCCEEDED": 5, "INVALID": 1}
+    invalid = [t for t in history.trials(summary.campaign) if t.status == "INVALID"]
+    assert invalid[0].config == {"fs": "btrfs", "bs": 1024} and invalid[0].reason == "sector size"
+
+
+class FlakyRunner:
+    """Wraps a runner; raises on chosen calls, to stand for a runner bug or a Ctrl-C."""
+
+    def __init__(self, inner, fail_on: dict[int, BaseException]):
+        self.inner, self.fail_on, self.calls = inner, fail_on, 0
+        self.name, self.space, self.workload = inner.name, inner.space, inner.workload
+        self.metrics, self.settings = inner.metrics, inner.settings
+
+    def run(self, config, workload, *, seed) -> Measurement:
+        self.calls += 1
+        if self.calls in self.fail_on:
+            raise self.fail_on[self.calls]
+        return self.inner.run(config, workload, seed=seed)
+
+
+def test_a_runner_that_raises_fails_its_trial_and_the_campaign_goes_on(sqlite_url, bdbc):
+    history = History(sqlite_url)
+    runner = FlakyRunner(make_runner("dataset", dataset=str(bdbc)), {3: RuntimeError("disk on fire")})
+    summary = Campaign.create(history, spec(bdbc, budget=6), runner=runner).run()
+    assert summary.trials_by_status == {"SUCCEEDED": 5, "FAILED": 1}
+    (failed,) = [t for t in history.trials(summary.campaign) if t.status == "FAILED"]
+    assert failed.reason == "runner raised RuntimeError: disk on fire"
+
+
+def test_ctrl_c_leaves_a_resumable_campaign(sqlite_url, bdbc):
+    history = History(sqlite_url)
+    runner = FlakyRunner(make_runner("dataset", dataset=str(bdbc)), {4: KeyboardInterrupt()})
+    campaign = Campaign.create(history, spec(bdbc, budget=10, seed=2), runner=runner)
+    with pytest.raises(KeyboardInterrupt):
+        campaign.run()
+    record = history.campaign(campaign.id)
+    assert record.state == "interrupted" and f"--resume {campaign.id}" in record.note
+    statuses = [t.status for t in history.trials(campaign.id)]
+    assert statuses == ["SUCCEEDED"] * 3 + ["STALE"]
+
+    summary = Campaign.resume(history, campaign.id).run()
+    trials = history.trials(campaign.id)
+    assert summary.evaluated == 10 and summary.trials_by_status == {"SUCCEEDED": 10, "STALE": 1}
+    stale = trials[3]
+    (retry,) = [t for t in trials if t.retry_of == stale.id]
+    assert retry.config == stale.config and retry.status == "SUCCEEDED"
+    counted = [t.config_hash for t in trials if t.status != "STALE"]
+    assert len(counted) == len(set(counted)) == 10
+
+
+def test_a_resumed_random_search_continues_the_same_order(sqlite_url, bdbc):
+    history = History(sqlite_url)
+    whole = Campaign.create(history, spec(bdbc, budget=12, seed=9)).run()
+    runner = FlakyRunner(make_runner("dataset", dataset=str(bdbc)), {6: KeyboardInterrupt()})
+    split = Campaign.create(history, spec(bdbc, budget=12, seed=9), runner=runner)
+    with pytest.raises(KeyboardInterrupt):
+        split.run()
+    Campaign.resume(history, split.id).run()
+
+    def order(campaign_id):
+        return [t.config_hash for t in history.trials(campaign_id) if t.status != "STALE"]
+
+    assert order(split.id) == order(whole.campaign)
+
+
+def test_resume_refuses_a_changed_dataset(sqlite_url, tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("a,PERF-\n1,2\n2,3\n3,4\n")
+    history = History(sqlite_url)
+    campaign = Campaign.create(history, spec(table, budget=2))
+    table.write_text("a,PERF-\n1,2\n2,3\n3,5\n")
+    with pytest.raises(ValueError, match="workload t changed since it started"):
+        Campaign.resume(history, campaign.id)
+
+
+def test_resuming_a_finished_campaign_runs_nothing_more(sqlite_url, bdbc):
+    history = History(sqlite_url)
+    summary = Campaign.create(history, spec(bdbc, budget=4)).run()
+    again = Campaign.resume(history, summary.campaign).run()
+    assert again.evaluated == 4 and len(history.trials(summary.campaign)) == 4

@@ -1,0 +1,74 @@
+"""The history on SQLite and on a real PostgreSQL: schema, migrations and every state change."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import text
+
+from runners import Measurement, Status
+from search_spaces import Config
+from tuner import History
+from tuner.history import make_engine
+from tuner.models import Base
+
+CAMPAIGN = dict(
+    space_name="s", space_fingerprint="f", space={}, runner="dataset", runner_settings={}, workload_name="w",
+    workload_fingerprint="wf", workload={}, device="replay", algorithm="random", algorithm_params={},
+    objective_metric="ops", objective_direction="max", budget=3, seed=1, repeats=2, batch_size=1,
+)
+
+
+def test_migrations_build_exactly_the_models(history_url: str):
+    history = History(history_url)
+    with history.engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == [], "the models changed without a migration: add one (see alembic.ini)"
+    History(history_url)  # opening again is a no-op upgrade
+
+
+def test_a_trial_goes_through_every_state(history_url: str):
+    history = History(history_url)
+    campaign = history.create_campaign(**CAMPAIGN)
+    a, b = history.add_trials(campaign.id, [Config(fs="ext4"), Config(fs="xfs")], seeds=[2**40, 5])
+    assert (a.number, b.number, a.status) == (0, 1, "PENDING")
+    history.start_trials([a.id])
+    history.add_measurement(a.id, 0, Measurement(Status.SUCCEEDED, {"ops": 10.0}, env={"kernel": "6.1"}))
+    history.add_measurement(a.id, 1, Measurement(Status.SUCCEEDED, {"ops": 12.0}, env={"kernel": "6.1"}))
+    history.finish_trial(a.id, Status.SUCCEEDED, 11.0, None)
+    history.start_trials([b.id])
+    stale = history.mark_stale(campaign.id, "driver died")
+    assert [t.id for t in stale] == [b.id]
+    (retry,) = history.add_trials(campaign.id, [Config(fs="xfs")], seeds=[5], retry_of=[b.id])
+    assert retry.number == 2
+    trials = History(history_url).trials(campaign.id, measurements=True)  # a second reader sees it all
+    assert [(t.number, t.status, t.value) for t in trials] == [(0, "SUCCEEDED", 11.0), (1, "STALE", None), (2, "PENDING", None)]
+    assert trials[0].seed == 2**40 and trials[0].config == {"fs": "ext4"}
+    assert [m.metrics["ops"] for m in trials[0].measurements] == [10.0, 12.0]
+    assert trials[1].reason == "driver died" and trials[2].retry_of == b.id
+
+
+def test_campaign_state(history_url: str):
+    history = History(history_url)
+    campaign = history.create_campaign(**CAMPAIGN)
+    history.claim(campaign.id, "host", 123)
+    history.finish_campaign(campaign.id, "finished", "the search space was exhausted after 3 trials")
+    record = history.campaign(campaign.id)
+    assert (record.state, record.driver_pid, record.finished_at is not None) == ("finished", 123, True)
+    assert [c.id for c in history.campaigns()] == [campaign.id]
+
+
+def test_sqlite_runs_in_wal_mode(sqlite_url: str):
+    with History(sqlite_url).engine.connect() as c:
+        assert c.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+
+
+def test_a_plain_postgresql_url_uses_psycopg_3():
+    assert make_engine("postgresql://u@localhost/db").url.drivername == "postgresql+psycopg"
+
+
+def test_an_unknown_campaign_is_a_lookup_error(sqlite_url: str):
+    import pytest
+
+    with pytest.raises(LookupError, match="no campaign 42 in sqlite"):
+        History(sqlite_url).campaign(42)

@@ -1,0 +1,93 @@
+"""What a history says: a campaign's trials by status and its best configuration."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runners import Status
+from tuner.models import CampaignRecord, TrialRecord
+
+
+def trials_by_status(trials: Sequence[TrialRecord]) -> dict[str, int]:
+    """Status -> count, in the order of the Status enum, listing only statuses that occur."""
+    counts = Counter(t.status for t in trials)
+    return {s.value: counts[s.value] for s in Status if counts[s.value]}
+
+
+def best_trial(trials: Sequence[TrialRecord], direction: str) -> TrialRecord | None:
+    """The succeeded trial with the best value; ties go to the earliest."""
+    scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
+    if not scored:
+        return None
+    sign = 1.0 if direction == "min" else -1.0
+    return min(scored, key=lambda t: (sign * t.value, t.number))
+
+
+@dataclass(frozen=True)
+class CampaignSummary:
+    """What ``storetune tune --json`` prints. Keys are added over time, never renamed."""
+
+    campaign: int
+    algorithm: str
+    seed: int
+    trials_by_status: dict[str, int]
+    best_config: dict[str, Any] | None
+    best_value: float | None
+    objective: dict[str, str]
+    budget: int
+    evaluated: int  # trials that count towards the budget
+    state: str
+    note: str | None
+    space: str
+    workload: str
+    database: str
+
+    @classmethod
+    def of(cls, record: CampaignRecord, trials: Sequence[TrialRecord], database: str) -> CampaignSummary:
+        best = best_trial(trials, record.objective_direction)
+        return cls(
+            campaign=record.id,
+            algorithm=record.algorithm,
+            seed=record.seed,
+            trials_by_status=trials_by_status(trials),
+            best_config=best.config if best else None,
+            best_value=best.value if best else None,
+            objective={"metric": record.objective_metric, "direction": record.objective_direction},
+            budget=record.budget,
+            evaluated=sum(1 for t in trials if Status(t.status).terminal),
+            state=record.state,
+            note=record.note,
+            space=record.space_name,
+            workload=record.workload_name,
+            database=database,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class TableRank:
+    """Where a configuration stands in an exhaustive table, by the table's mean per configuration."""
+
+    mean: float
+    rank: int  # 1 is the best configuration of the table
+    configurations: int
+    table_best: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def table_rank(config: Mapping[str, Any], means: Mapping[Any, float], direction: str) -> TableRank | None:
+    """The rank of ``config`` among the table's configurations; None if the table lacks it."""
+    mine = means.get(config)
+    if mine is None:
+        return None
+    values = list(means.values())
+    better = sum(1 for v in values if (v < mine if direction == "min" else v > mine))
+    best = min(values) if direction == "min" else max(values)
+    return TableRank(mine, better + 1, len(values), best)

@@ -1,0 +1,132 @@
+"""The ask/tell interface every search algorithm implements.
+
+The public ``ask``/``tell`` validate and normalise (configurations inside the space, direction,
+NaN); the private ``_ask``/``_tell`` do the algorithm, always minimising a loss. This is the
+shape of scikit-optimize's ``Optimizer.ask/tell`` and nevergrad's ``ask/_internal_ask``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from runners import Direction, Status
+from search_spaces import Config, SearchSpace
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A told result. ``loss`` is the objective turned so that lower is better; None unless SUCCEEDED."""
+
+    config: Config
+    loss: float | None
+    status: Status
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """An algorithm without hyperparameters."""
+
+
+class Tuner(ABC):
+    """Chooses the next configurations to measure and learns from their results.
+
+    Subclasses set ``name``, may declare their hyperparameters as a frozen dataclass ``Params``,
+    and implement ``_ask`` (and ``_tell`` if they learn from results).
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type] = NoParams
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        seed: int = 0,
+        direction: Direction = "min",
+        params: Mapping[str, Any] | None = None,
+    ):
+        if direction not in ("min", "max"):
+            raise ValueError(f"direction must be 'min' or 'max', not {direction!r}")
+        self.space = space
+        self.seed = seed
+        self.direction = direction
+        self.params = parse_params(self.name, self.Params, params or {})
+        self.observations: list[Observation] = []
+        self._told: dict[Config, Status] = {}
+        self._asked: set[Config] = set()
+
+    # --- the public interface --------------------------------------------------------------------
+    def ask(self, n: int = 1) -> list[Config]:
+        """Up to ``n`` configurations to measure next; fewer when the space is exhausted."""
+        if n < 1:
+            raise ValueError(f"ask(n) needs n >= 1, got {n}")
+        configs = [self.space.validate(c) for c in self._ask(n)]
+        self._asked.update(configs)
+        return configs
+
+    def tell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED) -> None:
+        """Report a finished evaluation. A SUCCEEDED trial without a finite value counts as FAILED.
+        FAILED and INVALID configurations are remembered and never proposed again."""
+        config = self.space.validate(config)
+        status = Status(status)
+        if not status.terminal:
+            raise ValueError(f"tell() takes a finished evaluation, not {status.value}")
+        if status is Status.SUCCEEDED and (value is None or not math.isfinite(value)):
+            status = Status.FAILED
+        loss = None
+        if status is Status.SUCCEEDED:
+            loss = float(value) if self.direction == "min" else -float(value)
+        observation = Observation(config, loss, status)
+        self.observations.append(observation)
+        self._told[config] = status
+        self._tell(observation)
+
+    # --- what algorithms use ---------------------------------------------------------------------
+    def known(self, config: Config) -> bool:
+        """Already asked or told: proposing it again would waste an evaluation."""
+        return config in self._told or config in self._asked
+
+    @property
+    def best(self) -> Observation | None:
+        scored = [o for o in self.observations if o.loss is not None]
+        return min(scored, key=lambda o: o.loss) if scored else None
+
+    @abstractmethod
+    def _ask(self, n: int) -> list[Config]: ...
+
+    def _tell(self, observation: Observation) -> None:  # noqa: B027 - learning is optional
+        """Learn from one result (the loss is already direction-normalised)."""
+
+
+def parse_params(algorithm: str, params_type: type, given: Mapping[str, Any]) -> Any:
+    """The algorithm's hyperparameter dataclass from ``given``, with values coerced from text."""
+    fields = {f.name: f for f in dataclasses.fields(params_type)}
+    hints = typing.get_type_hints(params_type)
+    unknown = [k for k in given if k not in fields]
+    if unknown:
+        known = ", ".join(fields) or "none"
+        raise ValueError(f"unknown hyperparameter {unknown[0]!r} for {algorithm}; known: {known}")
+    values = {}
+    for key, raw in given.items():
+        kind = hints[key]
+        try:
+            values[key] = _coerce(raw, kind)
+        except ValueError:
+            raise ValueError(f"hyperparameter {algorithm}:{key}={raw!r} is not a valid {kind.__name__}") from None
+    return params_type(**values)
+
+
+def _coerce(raw: Any, kind: type) -> Any:
+    if kind is bool and isinstance(raw, str):
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(raw)
+    return kind(raw)

@@ -1,0 +1,173 @@
+"""The one SQL history of every campaign, trial and measurement.
+
+A SQLite file by default (WAL, so readers such as ``storetune trials`` never block the campaign,
+whose driver is the only writer); PostgreSQL when the URL says so. Every state change is its own
+transaction, so a process killed at any instant leaves the history consistent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import alembic.command
+import alembic.config
+from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from runners import Measurement, Status
+from search_spaces import Config, config_hash
+from tuner.models import CampaignRecord, MeasurementRecord, TrialRecord, utcnow
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class History:
+    """Reads and writes the history at ``url`` (an SQLAlchemy URL), migrating it to the latest schema."""
+
+    def __init__(self, url: str):
+        self.engine = make_engine(url)
+        self.url = self.engine.url.render_as_string(hide_password=True)
+        migrate(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def session(self) -> Session:
+        return self._sessions()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- campaigns --------------------------------------------------------------------------------
+    def create_campaign(self, **fields: Any) -> CampaignRecord:
+        with self.session() as s, s.begin():
+            record = CampaignRecord(state="running", **fields)
+            s.add(record)
+        return record
+
+    def campaign(self, campaign_id: int) -> CampaignRecord:
+        with self.session() as s:
+            record = s.get(CampaignRecord, campaign_id)
+        if record is None:
+            raise LookupError(f"no campaign {campaign_id} in {self.url}")
+        return record
+
+    def campaigns(self) -> list[CampaignRecord]:
+        with self.session() as s:
+            return list(s.scalars(select(CampaignRecord).order_by(CampaignRecord.id)))
+
+    def claim(self, campaign_id: int, host: str, pid: int) -> None:
+        """Record which process drives the campaign now."""
+        self._update_campaign(campaign_id, driver_host=host, driver_pid=pid, state="running", finished_at=None)
+
+    def finish_campaign(self, campaign_id: int, state: str, note: str | None = None) -> None:
+        self._update_campaign(campaign_id, state=state, note=note, finished_at=utcnow() if state == "finished" else None)
+
+    def _update_campaign(self, campaign_id: int, **values: Any) -> None:
+        with self.session() as s, s.begin():
+            s.execute(update(CampaignRecord).where(CampaignRecord.id == campaign_id).values(**values))
+
+    # --- trials -----------------------------------------------------------------------------------
+    def trials(self, campaign_id: int, *, measurements: bool = False) -> list[TrialRecord]:
+        query = select(TrialRecord).where(TrialRecord.campaign_id == campaign_id).order_by(TrialRecord.number)
+        if measurements:
+            query = query.options(selectinload(TrialRecord.measurements))
+        with self.session() as s:
+            return list(s.scalars(query))
+
+    def add_trials(
+        self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int], retry_of: Iterable[int | None] = ()
+    ) -> list[TrialRecord]:
+        """New PENDING trials, numbered after the campaign's last one."""
+        retries = list(retry_of) or [None] * len(configs)
+        with self.session() as s, s.begin():
+            last = s.scalar(select(func.max(TrialRecord.number)).where(TrialRecord.campaign_id == campaign_id))
+            start = -1 if last is None else last
+            records = [
+                TrialRecord(
+                    campaign_id=campaign_id,
+                    number=start + 1 + i,
+                    config=config.to_dict(),
+                    config_hash=config_hash(config),
+                    status=Status.PENDING.value,
+                    seed=seed,
+                    retry_of=retry,
+                )
+                for i, (config, seed, retry) in enumerate(zip(configs, seeds, retries))
+            ]
+            s.add_all(records)
+        return records
+
+    def start_trials(self, trial_ids: Sequence[int]) -> None:
+        with self.session() as s, s.begin():
+            s.execute(
+                update(TrialRecord)
+                .where(TrialRecord.id.in_(trial_ids))
+                .values(status=Status.RUNNING.value, started_at=utcnow())
+            )
+
+    def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
+        with self.session() as s, s.begin():
+            s.add(
+                MeasurementRecord(
+                    trial_id=trial_id,
+                    repeat=repeat,
+                    status=m.status.value,
+                    reason=m.reason,
+                    metrics=dict(m.metrics),
+                    env=dict(m.env),
+                    duration_s=m.duration_s,
+                )
+            )
+
+    def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None:
+        with self.session() as s, s.begin():
+            s.execute(
+                update(TrialRecord)
+                .where(TrialRecord.id == trial_id)
+                .values(status=status.value, value=value, reason=reason, finished_at=utcnow())
+            )
+
+    def mark_stale(self, campaign_id: int, reason: str) -> list[TrialRecord]:
+        """Trials left RUNNING by a driver that died become STALE; returns them."""
+        running = [t for t in self.trials(campaign_id) if t.status == Status.RUNNING.value]
+        if running:
+            with self.session() as s, s.begin():
+                s.execute(
+                    update(TrialRecord)
+                    .where(TrialRecord.id.in_([t.id for t in running]))
+                    .values(status=Status.STALE.value, reason=reason, finished_at=utcnow())
+                )
+        return running
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``: SQLite with WAL and a busy timeout, or PostgreSQL through psycopg 3."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")  # the driver StoreTune installs
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (a no-op when it is there already)."""
+    config = alembic.config.Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        alembic.command.upgrade(config, "head")

@@ -1,0 +1,96 @@
+"""The history's tables (SQLAlchemy 2). Alembic migrations in tuner/migrations create them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class CampaignRecord(Base):
+    """One campaign: space + workload + runner + algorithm + objective + budget + seed."""
+
+    __tablename__ = "campaigns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    state: Mapped[str] = mapped_column(String(16))  # running | finished | interrupted
+    note: Mapped[str | None] = mapped_column(Text)  # why it stopped early, e.g. the space was exhausted
+
+    space_name: Mapped[str] = mapped_column(String(200))
+    space_fingerprint: Mapped[str] = mapped_column(String(32), index=True)
+    space: Mapped[dict[str, Any]]  # the whole definition, so the history outlives edits of the YAML
+    runner: Mapped[str] = mapped_column(String(32))
+    runner_settings: Mapped[dict[str, Any]]
+    workload_name: Mapped[str] = mapped_column(String(200))
+    workload_fingerprint: Mapped[str] = mapped_column(String(32), index=True)
+    workload: Mapped[dict[str, Any]]
+    device: Mapped[str] = mapped_column(String(200))
+
+    algorithm: Mapped[str] = mapped_column(String(32))
+    algorithm_params: Mapped[dict[str, Any]]
+    objective_metric: Mapped[str] = mapped_column(String(100))
+    objective_direction: Mapped[str] = mapped_column(String(3))
+    budget: Mapped[int]
+    seed: Mapped[int] = mapped_column(BigInteger)
+    repeats: Mapped[int]
+    batch_size: Mapped[int]
+
+    driver_host: Mapped[str | None] = mapped_column(String(200))
+    driver_pid: Mapped[int | None]
+
+    trials: Mapped[list[TrialRecord]] = relationship(back_populates="campaign", order_by="TrialRecord.number")
+
+
+class TrialRecord(Base):
+    """One configuration asked in one campaign, and what became of it."""
+
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("campaign_id", "number"),
+        Index("ix_trials_campaign_status", "campaign_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"))
+    number: Mapped[int]  # the order of asking within the campaign, from 0
+    config: Mapped[dict[str, Any]]
+    config_hash: Mapped[str] = mapped_column(String(32), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    value: Mapped[float | None] = mapped_column(Float)  # the objective, aggregated over repeats
+    seed: Mapped[int] = mapped_column(BigInteger)
+    retry_of: Mapped[int | None] = mapped_column(ForeignKey("trials.id"))  # the STALE trial this re-runs
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    campaign: Mapped[CampaignRecord] = relationship(back_populates="trials")
+    measurements: Mapped[list[MeasurementRecord]] = relationship(order_by="MeasurementRecord.repeat")
+
+
+class MeasurementRecord(Base):
+    """The metrics of one run (one repeat) of a trial, with the environment it ran in."""
+
+    __tablename__ = "measurements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    repeat: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    metrics: Mapped[dict[str, Any]]
+    env: Mapped[dict[str, Any]]
+    duration_s: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
