@@ -1,0 +1,1 @@
+"""How people drive StoreTune: the ``storetune`` command line (and, later, the REST service)."""

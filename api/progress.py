@@ -1,0 +1,43 @@
+"""The rich progress bar shown on every campaign: trials done/total, best so far, time per trial."""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tuner import TrialResult
+
+
+class CampaignProgress:
+    """A context manager whose ``update`` is the campaign's ``on_trial`` callback."""
+
+    def __init__(self, console: Console, title: str, budget: int, done: int = 0):
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("best [bold]{task.fields[best]}"),
+            TextColumn("{task.fields[pace]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task = self._progress.add_task(title, total=budget, completed=done, best="-", pace="")
+        self._started = time.monotonic()
+        self._done_at_start = done
+
+    def __enter__(self) -> CampaignProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._progress.stop()
+
+    def update(self, result: TrialResult) -> None:
+        done_here = result.evaluated - self._done_at_start
+        pace = (time.monotonic() - self._started) / max(done_here, 1)
+        best = "-" if result.best_value is None else f"{result.best_value:.6g}"
+        self._progress.update(self._task, completed=result.evaluated, best=best, pace=f"{pace:.3g} s/trial")

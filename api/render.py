@@ -1,0 +1,79 @@
+"""How the CLI shows spaces, campaigns, trials and summaries in a terminal (rich tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from search_spaces import SearchSpace, format_config
+from tuner import CampaignSummary, best_trial
+from tuner.models import CampaignRecord, TrialRecord
+
+
+def space_table(space: SearchSpace) -> Table:
+    size = space.cardinality() if space.finite else None
+    caption = f"{size:,} valid configurations" if size is not None else "continuous (real-valued parameters)"
+    table = Table(title=f"{space.name}: {space.description}", caption=caption, title_justify="left")
+    for column in ("parameter", "kind", "domain", "default", "applies when", "source"):
+        table.add_column(column, overflow="fold")
+    for p in space.parameters:
+        kind = p.kind.value + (" (log)" if p.log else "")
+        domain = p.describe_domain() + (f" {p.unit}" if p.unit else "")
+        table.add_row(p.name, kind, domain, str(p.default), p.when.describe() or "always", p.source or p.doc)
+    for rule in space.forbidden:
+        table.add_row("[dim]forbidden[/]", "", rule.condition.describe(), "", "", rule.reason)
+    return table
+
+
+def campaigns_table(records: Sequence[CampaignRecord]) -> Table:
+    table = Table(title="campaigns", title_justify="left")
+    for column in ("id", "created", "state", "algorithm", "space", "workload", "objective", "budget", "seed"):
+        table.add_column(column)
+    for r in records:
+        table.add_row(
+            str(r.id),
+            r.created_at.strftime("%Y-%m-%d %H:%M"),
+            r.state,
+            r.algorithm,
+            r.space_name,
+            r.workload_name,
+            f"{r.objective_direction} {r.objective_metric}",
+            str(r.budget),
+            str(r.seed),
+        )
+    return table
+
+
+def trials_table(record: CampaignRecord, trials: Sequence[TrialRecord]) -> Table:
+    best = best_trial(trials, record.objective_direction)
+    title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}, {record.objective_direction} {record.objective_metric}"
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("#", "right"), ("status", "left"), ("value", "right"), ("configuration", "left"), ("reason", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for t in trials:
+        value = "" if t.value is None else f"{t.value:.6g}"
+        style = "bold green" if best is not None and t.id == best.id else None
+        table.add_row(str(t.number), t.status, value, format_config(t.config), t.reason or "", style=style)
+    return table
+
+
+def summary_table(summary: CampaignSummary) -> Table:
+    table = Table(show_header=False, title=f"campaign {summary.campaign}", title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    objective = f"{summary.objective['direction']} {summary.objective['metric']}"
+    status = ", ".join(f"{k} {v}" for k, v in summary.trials_by_status.items())
+    rows = [
+        ("state", summary.state + (f" ({summary.note})" if summary.note else "")),
+        ("algorithm", f"{summary.algorithm}, seed {summary.seed}"),
+        ("workload", f"{summary.workload} on space {summary.space}"),
+        ("objective", objective),
+        ("trials", f"{summary.evaluated} of {summary.budget} evaluated: {status}"),
+        ("best value", "-" if summary.best_value is None else f"{summary.best_value:.6g}"),
+        ("best configuration", format_config(summary.best_config or {})),
+        ("history", summary.database),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table

@@ -1,0 +1,89 @@
+"""The ``storetune`` command line, run in real subprocesses as a user would."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, shared
+from tuner import History
+
+SUMMARY_KEYS = {"campaign", "algorithm", "seed", "trials_by_status", "best_config", "best_value", "objective"}
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_tune_json_trials_and_best(sqlite_url, bdbc):
+    proc = run_cli("tune", "--runner", "dataset", "--dataset", str(bdbc), "--algorithm", "random",
+                   "--budget", "50", "--seed", "1", "--json", db=sqlite_url, check=True)
+    summary = last_json(proc.stdout)
+    assert SUMMARY_KEYS <= summary.keys()
+    assert (summary["algorithm"], summary["seed"], summary["trials_by_status"]) == ("random", 1, {"SUCCEEDED": 50})
+    assert summary["objective"] == {"metric": "PERF", "direction": "min"}
+    assert "50/50" in proc.stderr  # the progress bar
+
+    campaign = str(summary["campaign"])
+    rows = list(csv.DictReader(io.StringIO(run_cli("trials", campaign, "--format", "csv", db=sqlite_url, check=True).stdout)))
+    assert len(rows) == 50 and {r["status"] for r in rows} == {"SUCCEEDED"}
+    assert min(float(r["value"]) for r in rows) == summary["best_value"]
+    table = run_cli("trials", campaign, db=sqlite_url, check=True).stdout
+    assert "SUCCEEDED" in table and "pS=" in table
+
+    best = last_json(run_cli("best", campaign, "--json", db=sqlite_url, check=True).stdout)
+    assert best["value"] == summary["best_value"] and best["config"] == summary["best_config"]
+    rank = best["table_rank"]  # BDBC has one repeat per configuration: the mean is the value
+    assert rank["mean"] == best["value"] and rank["configurations"] == 2560
+    assert 1 <= rank["rank"] <= 2560 - 49 and rank["table_best"] <= rank["mean"]
+    assert "best PERF" in run_cli("best", campaign, db=sqlite_url, check=True).stdout
+
+
+def test_tune_atc18_subset_with_context(sqlite_url):
+    folder = shared("cao_atc18_subset")
+    proc = run_cli("tune", "--dataset", str(folder), "--context", "workload_id=4", "--context", "disk_type=3",
+                   "--budget", "20", "--repeats", "2", "--json", db=sqlite_url, check=True)
+    summary = last_json(proc.stdout)
+    assert summary["objective"] == {"metric": "throughput", "direction": "max"}
+    assert summary["best_config"]["io_scheduler"] in ("cfq", "deadline", "noop")
+
+
+def test_spaces_lists_every_space_and_its_parameters():
+    stdout = run_cli("spaces", check=True).stdout
+    for word in ("storage_v1", "storage_v2", "admission", "journal_mode", "io_scheduler", "threshold_percentile"):
+        assert word in stdout
+    assert "pS" in run_cli("spaces", "--dataset", str(shared("moot_configs/BDBC.csv")), check=True).stdout
+
+
+def test_check_accepts_a_valid_configuration():
+    proc = run_cli("check", "--space", "storage_v1", "fs=xfs", "block_size=1024", "--defaults", "--json", check=True)
+    assert last_json(proc.stdout)["config"]["xfs_agcount"] == 4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["check", "--space", "storage_v1", "fs=ext4", "journal=1"], "unknown parameter 'journal'"),
+        (["check", "--space", "storage_v1", "fs=zfs"], "fs='zfs' is outside the space; allowed: ext2, ext3"),
+        (["tune", "--dataset", "{bdbc}", "--algorithm", "annealing"], "unknown algorithm 'annealing'"),
+        (["tune", "--dataset", "{bad}"], "malformed CSV"),
+        (["tune", "--dataset", "{bdbc}", "--budget", "5000"], "more than the 2560 configurations"),
+        (["tune", "--dataset", "/no/such.csv"], "no such dataset file or folder"),
+        (["tune", "--runner", "fio"], "unknown runner 'fio'"),
+        (["tune", "--resume", "77"], "no campaign 77"),
+        (["trials", "12"], "no campaign 12"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Path, args, message):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b,PERF-\n1,2,3\n1,2,3,4\n")
+    args = [a.format(bdbc=bdbc, bad=bad) for a in args]
+    proc = run_cli(*args, db=sqlite_url)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+    assert History(sqlite_url).campaigns() == []

@@ -1,0 +1,109 @@
+"""A campaign killed with SIGKILL and resumed: none lost, none counted twice. Real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, STORETUNE, run_cli
+from test_runner_contract import bench_command
+
+pytestmark = pytest.mark.slow
+
+
+def start(args: list[str], db: str, **env: str) -> subprocess.Popen:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_DATABASE_URL": db, **env}
+    return subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def statuses(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    with sqlite3.connect(path) as c:
+        try:
+            return [row[0] for row in c.execute("SELECT status FROM trials ORDER BY number")]
+        except sqlite3.OperationalError:  # the schema is still being created
+            return []
+
+
+def kill_when(proc: subprocess.Popen, path: Path, ready, timeout: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = statuses(path)
+        if ready(seen):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return statuses(path)
+        if proc.poll() is not None:
+            pytest.fail(f"the campaign ended before it could be killed: {proc.stderr.read()}")
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail("the campaign never reached the state to kill it in")
+
+
+def check_resumed(db: str, path: Path, budget: int, running_at_kill: int) -> dict:
+    summary = json.loads(run_cli("tune", "--resume", "1", "--json", db=db, check=True).stdout.strip().splitlines()[-1])
+    assert summary["evaluated"] == budget and summary["state"] == "finished"
+    with sqlite3.connect(path) as c:
+        trials = c.execute("SELECT id, number, status, config_hash, retry_of FROM trials ORDER BY number").fetchall()
+    stale = [t for t in trials if t[2] == "STALE"]
+    counted = [t for t in trials if t[2] != "STALE"]
+    assert len(stale) == running_at_kill  # exactly the trials that were RUNNING
+    assert len(counted) == budget
+    assert len({t[3] for t in counted}) == budget  # no configuration counted twice
+    for s in stale:  # every interrupted configuration was measured again
+        (retry,) = [t for t in trials if t[4] == s[0]]
+        assert retry[3] == s[3] and retry[2] == "SUCCEEDED"
+    assert [t[1] for t in trials] == list(range(len(trials)))
+    return summary
+
+
+def test_sigkill_during_a_measurement_then_resume(tmp_path: Path):
+    path = tmp_path / "history.sqlite"
+    db = f"sqlite:///{path}"
+    args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
+            "--metric", "throughput_ops", "--budget", "8", "--repeats", "2", "--seed", "4"]
+    proc = start(args, db, BENCH_SLEEP="0.15")
+    at_kill = kill_when(proc, path, lambda s: s.count("SUCCEEDED") >= 3 and "RUNNING" in s)
+    assert at_kill.count("RUNNING") == 1
+    check_resumed(db, path, budget=8, running_at_kill=1)
+    with sqlite3.connect(path) as c:  # a counted trial has all its repeats
+        counts = c.execute(
+            "SELECT t.id, count(m.id) FROM trials t JOIN measurements m ON m.trial_id = t.id "
+            "WHERE t.status = 'SUCCEEDED' GROUP BY t.id"
+        ).fetchall()
+    assert len(counts) == 8 and {n for _, n in counts} == {2}
+
+
+def test_sigkill_a_dataset_replay_then_resume_measures_every_configuration_once(tmp_path: Path, bdbc):
+    path = tmp_path / "history.sqlite"
+    db = f"sqlite:///{path}"
+    proc = start(["tune", "--dataset", str(bdbc), "--budget", "2560", "--seed", "1"], db)
+    at_kill = kill_when(proc, path, lambda s: s.count("SUCCEEDED") >= 300)
+    assert len(at_kill) < 2560
+    check_resumed(db, path, budget=2560, running_at_kill=at_kill.count("RUNNING"))
+
+
+def test_resume_refuses_while_the_driver_is_alive(tmp_path: Path):
+    path = tmp_path / "history.sqlite"
+    db = f"sqlite:///{path}"
+    args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
+            "--metric", "throughput_ops", "--budget", "20"]
+    proc = start(args, db, BENCH_SLEEP="0.2")
+    try:
+        deadline = time.monotonic() + 60
+        while "SUCCEEDED" not in statuses(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        second = run_cli("tune", "--resume", "1", db=db)
+        assert second.returncode == 2 and f"still being run by process {proc.pid}" in second.stderr
+    finally:
+        proc.kill()
+        proc.wait()
