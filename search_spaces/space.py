@@ -151,6 +151,11 @@ class SearchSpace:
                     out.append(candidate)
         return out
 
+    def repair(self, values: Mapping[str, Value]) -> Config | None:
+        """The valid configuration closest to ``values`` (for a child of crossover or a mutation):
+        inactive parameters dropped, newly active ones at their defaults; None if it is forbidden."""
+        return self._resolve(values)
+
     def _resolve(self, values: Mapping[str, Value]) -> Config | None:
         """Keep the active parameters (defaults for missing ones); None if forbidden."""
         out: dict[str, Value] = {}

@@ -48,6 +48,7 @@ class TableSpace(SearchSpace):
             raise ValueError(f"space {name!r}: the table has no configurations")
         self._index = {c: i for i, c in enumerate(self.members)}
         self._encoded = np.vstack([self.encode(c) for c in self.members])
+        self._norms = (self._encoded**2).sum(axis=1)
 
     def contains(self, config: Mapping[str, Any]) -> bool:
         return Config(config) in self._index
@@ -65,25 +66,36 @@ class TableSpace(SearchSpace):
         """One-parameter moves; a move to a configuration absent from the table lands on the
         nearest present one (squared distance of the encodings), so moves never leave the table."""
         base = self.validate(config)
-        taken = {base}
-        out: list[Config] = []
-        for name, value in base.items():
-            for moved in self[name].steps(value):
-                candidate = base.replace(**{name: moved})
-                if candidate not in self._index:
-                    candidate = self.nearest(candidate, exclude=taken)
-                if candidate is not None and candidate not in taken:
-                    taken.add(candidate)
-                    out.append(candidate)
-        return out
+        moves = [base.replace(**{name: v}) for name, value in base.items() for v in self[name].steps(value)]
+        return self._land(moves, exclude={base})
+
+    def repair(self, values: Mapping[str, Any]) -> Config | None:
+        """The present configuration nearest to ``values``."""
+        config = Config({p.name: values.get(p.name, p.default) for p in self.parameters})
+        return config if config in self._index else self._land([config], exclude=set())[0]
 
     def nearest(self, config: Mapping[str, Any], exclude: set[Config] = frozenset()) -> Config | None:
         """The present configuration closest to ``config``, skipping ``exclude``."""
-        distance = ((self._encoded - self.encode(config)) ** 2).sum(axis=1)
-        for i in np.argsort(distance, kind="stable"):
-            if self.members[i] not in exclude:
-                return self.members[i]
-        return None
+        landed = self._land([Config(config)], exclude=set(exclude), keep_present=False)
+        return landed[0] if landed else None
+
+    def _land(self, configs: list[Config], exclude: set[Config], keep_present: bool = True) -> list[Config]:
+        """Each configuration, or the nearest present one not yet taken; distinct, in order."""
+        taken = set(exclude)
+        absent = [c for c in configs if not (keep_present and c in self._index)]
+        order = {}
+        if absent:  # one matrix product for all distances: |a|^2 + |b|^2 - 2ab
+            queries = np.vstack([self.encode(c) for c in absent])
+            distance = self._norms[None, :] + (queries**2).sum(axis=1)[:, None] - 2 * queries @ self._encoded.T
+            order = {c: np.argsort(d, kind="stable") for c, d in zip(absent, distance)}
+        out: list[Config] = []
+        for c in configs:
+            if c in order:
+                c = next((self.members[i] for i in order[c] if self.members[i] not in taken), None)
+            if c is not None and c not in taken:
+                taken.add(c)
+                out.append(c)
+        return out
 
     def fingerprint(self) -> str:
         digest = hashlib.sha256(super().fingerprint().encode())
