@@ -10,7 +10,7 @@ from conftest import shared
 from runners import Measurement, Status, make_runner
 from search_spaces import Config
 from tuner import Campaign, CampaignSpec, History
-from tuner.campaign import trial_seed
+from tuner.loop import trial_seed
 
 
 def spec(path: Path, **kw) -> CampaignSpec:

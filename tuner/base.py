@@ -11,12 +11,18 @@ import dataclasses
 import math
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from runners import Direction, Status
 from search_spaces import Config, SearchSpace
+
+
+# Past this many configurations, fresh() stops listing the space when sampling finds nothing new.
+FRESH_ENUMERATE_LIMIT = 200_000
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,12 @@ class Tuner(ABC):
         self.seed = seed
         self.direction = direction
         self.params = parse_params(self.name, self.Params, params or {})
+        self.rng = np.random.default_rng(seed)  # the algorithm's only source of randomness
         self.observations: list[Observation] = []
+        self._unmeasured: list[Config] | None = None
+        self._reference: float | None = None  # the scale of warp()
         self._told: dict[Config, Status] = {}
+        self._losses: dict[Config, float | None] = {}
         self._asked: set[Config] = set()
 
     # --- the public interface --------------------------------------------------------------------
@@ -85,12 +95,61 @@ class Tuner(ABC):
         observation = Observation(config, loss, status)
         self.observations.append(observation)
         self._told[config] = status
+        self._losses[config] = loss
         self._tell(observation)
+
+    def warm_start(self, observations: Sequence[tuple[Mapping[str, Any], float | None, Status]]) -> None:
+        """Learn from trials measured before this campaign (same space, workload and device).
+        By default they are told like results; algorithms override to seed their state from them."""
+        for config, value, status in observations:
+            if self.space.contains(config):
+                self.tell(config, value, status)
 
     # --- what algorithms use ---------------------------------------------------------------------
     def known(self, config: Config) -> bool:
         """Already asked or told: proposing it again would waste an evaluation."""
         return config in self._told or config in self._asked
+
+    def fresh(self, k: int, taken: Sequence[Config] = ()) -> list[Config]:
+        """Up to k random configurations neither asked nor told: fewer only when none are left."""
+        out: list[Config] = []
+        taken_set = set(taken)
+        for _ in range(50 * k):
+            if len(out) == k:
+                return out
+            c = self.space.sample(self.rng)
+            if not self.known(c) and c not in taken_set and c not in out:
+                out.append(c)
+        if self.space.finite and self.space.cardinality() <= FRESH_ENUMERATE_LIMIT:
+            if self._unmeasured is None:
+                self._unmeasured = list(self.space.enumerate())
+            self._unmeasured = [c for c in self._unmeasured if not self.known(c)]
+            rest = [c for c in self._unmeasured if c not in taken_set and c not in out]
+            picks = self.rng.permutation(len(rest))[: k - len(out)]
+            out += [rest[i] for i in picks]
+        return out
+
+    def told_loss(self, config: Config) -> float | None:
+        """The loss already measured for ``config`` (a cache hit), or None if unknown or failed.
+        This is what a repeat means in StoreTune: a configuration is measured once per campaign,
+        with --repeats measurements, and algorithms that revisit it read this value."""
+        return self._losses.get(config)
+
+    def warp(self, loss: float) -> float:
+        """A monotone, scale-free transform of a loss: sign(x) log(1 + |x| / r), with r the first
+        |loss| told. Storage metrics are skewed (BDBC's span 110x), and models of the warped loss
+        fit them better; being monotone, it keeps the optimum where it is."""
+        if self._reference is None:
+            self._reference = abs(loss) or 1.0
+        return float(np.sign(loss) * np.log1p(abs(loss) / self._reference))
+
+    def loss_scale(self, warped: bool = False) -> float:
+        """A robust spread of the losses seen so far (or of their warps), to normalise differences."""
+        losses = np.array([self.warp(o.loss) if warped else o.loss for o in self.observations if o.loss is not None])
+        if len(losses) < 2:
+            return max(abs(float(losses[0])), 1e-12) if len(losses) else 1.0
+        q75, q25 = np.percentile(losses, [75, 25])
+        return float(q75 - q25) or float(np.std(losses)) or max(abs(float(np.mean(losses))), 1e-12)
 
     @property
     def best(self) -> Observation | None:

@@ -14,16 +14,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from runners import Direction, Runner, Status, make_runner
-from search_spaces import Config, config_hash
+from search_spaces import Config
 from tuner.analysis import CampaignSummary
-from tuner.executor import Executor, Job, LocalExecutor, repeat_seeds
+from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
+from tuner.loop import TrialResult, run_loop, trial_seed
 from tuner.models import CampaignRecord, TrialRecord
 from tuner.objective import Objective
 from tuner.registry import make_tuner
+
+WARM_STARTS = ("none", "same")  # 'similar' comes with workload fingerprints
 
 STALE_REASON = "its driver stopped before the trial finished; the configuration is re-run"
 
@@ -42,27 +43,7 @@ class CampaignSpec:
     seed: int = 0
     repeats: int = 1
     batch_size: int = 1  # configurations asked and measured at once
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """One finished trial, as progress displays see it."""
-
-    number: int
-    config: Config
-    status: Status
-    value: float | None
-    reason: str | None
-    duration_s: float
-    evaluated: int
-    budget: int
-    best_value: float | None
-
-
-def trial_seed(campaign_seed: int, config: Config) -> int:
-    """The seed a configuration is measured with in a campaign: campaigns with the same seed draw the
-    same noise for the same configuration (common random numbers), which makes comparisons fairer."""
-    return int(np.random.SeedSequence([campaign_seed, int(config_hash(config), 16)]).generate_state(1)[0])
+    warm_start: str = "none"  # "same": learn from the trials of the same space, workload and device
 
 
 class Campaign:
@@ -98,6 +79,8 @@ class Campaign:
         fill, an unknown metric) raises ValueError before anything is written to the history."""
         runner = runner or make_runner(spec.runner, **spec.runner_settings)
         objective = Objective.resolve(runner.metrics(), spec.metric, spec.direction)
+        if spec.warm_start not in WARM_STARTS:
+            raise ValueError(f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
         for name, value in (("budget", spec.budget), ("repeats", spec.repeats), ("batch size", spec.batch_size)):
             if value < 1:
                 raise ValueError(f"the {name} must be at least 1, not {value}")
@@ -126,6 +109,7 @@ class Campaign:
             seed=spec.seed,
             repeats=spec.repeats,
             batch_size=spec.batch_size,
+            warm_start=spec.warm_start,
         )
         return cls(history, record, runner, objective)
 
@@ -148,68 +132,44 @@ class Campaign:
         rec, history = self.record, self.history
         history.claim(rec.id, socket.gethostname(), os.getpid())
         history.mark_stale(rec.id, STALE_REASON)
+        if rec.warm_start == "same":
+            self.tuner.warm_start(history.prior_observations(rec))
         trials = history.trials(rec.id)
-        retried = {t.retry_of for t in trials if t.retry_of is not None}
-        stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
-        for t in trials:
+        for t in trials:  # what this campaign measured already (after a crash or an interrupt)
             if Status(t.status).terminal:
                 self.tuner.tell(Config(t.config), t.value, Status(t.status))
-        evaluated = sum(1 for t in trials if Status(t.status).terminal)
-        best = self.tuner.best
-        queue = [t for t in trials if t.status == Status.PENDING.value]
+        retried = {t.retry_of for t in trials if t.retry_of is not None}
+        stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
+        queue: list[TrialRecord] = [t for t in trials if t.status == Status.PENDING.value]
         if stale:
             configs = [Config(t.config) for t in stale]
-            queue += self._add(configs, retry_of=[t.id for t in stale])
-        note = None
+            queue += history.add_trials(rec.id, configs, [trial_seed(rec.seed, c) for c in configs], [t.id for t in stale])
         try:
-            while evaluated < rec.budget:
-                if not queue:
-                    configs = self.tuner.ask(min(rec.batch_size, rec.budget - evaluated))
-                    if not configs:
-                        note = f"the search space was exhausted after {evaluated} trials"
-                        break
-                    queue = self._add(configs)
-                batch, queue = queue[: rec.batch_size], queue[rec.batch_size :]
-                history.start_trials([t.id for t in batch])
-                jobs = [Job(t.id, Config(t.config), repeat_seeds(t.seed, rec.repeats)) for t in batch]
-                numbers = {t.id: t.number for t in batch}
-                for job, measurements in self.executor.run(self.runner, self.runner.workload, jobs, self._record):
-                    status, value, reason = self.objective.outcome(measurements)
-                    history.finish_trial(job.trial_id, status, value, reason)
-                    self.tuner.tell(job.config, value, status)
-                    evaluated += 1
-                    best = self.tuner.best
-                    if on_trial is not None:
-                        best_value = None if best is None else self._value(best.loss)
-                        duration = sum(m.duration_s for m in measurements)
-                        on_trial(
-                            TrialResult(
-                                numbers[job.trial_id], job.config, status, value, reason, duration,
-                                evaluated, rec.budget, best_value,
-                            )
-                        )
+            outcome = run_loop(
+                campaign_id=rec.id,
+                tuner=self.tuner,
+                runner=self.runner,
+                objective=self.objective,
+                store=history,
+                budget=rec.budget,
+                repeats=rec.repeats,
+                batch_size=rec.batch_size,
+                seed=rec.seed,
+                evaluated=sum(1 for t in trials if Status(t.status).terminal),
+                queue=queue,
+                executor=self.executor,
+                on_trial=on_trial,
+            )
         except KeyboardInterrupt:
             history.mark_stale(rec.id, STALE_REASON)
             history.finish_campaign(rec.id, "interrupted", f"interrupted; resume with --resume {rec.id}")
             raise
-        history.finish_campaign(rec.id, "finished", note)
+        history.finish_campaign(rec.id, "finished", outcome.note)
         return self.summary()
 
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
         return CampaignSummary.of(record, self.history.trials(self.id), self.history.url)
-
-    def _add(self, configs: list[Config], retry_of: list[int] | None = None) -> list[TrialRecord]:
-        seeds = [trial_seed(self.record.seed, c) for c in configs]
-        return self.history.add_trials(self.id, configs, seeds, retry_of or ())
-
-    def _record(self, job: Job, repeat: int, measurement: Any) -> None:
-        self.history.add_measurement(job.trial_id, repeat, measurement)
-
-    def _value(self, loss: float | None) -> float | None:
-        if loss is None:
-            return None
-        return loss if self.objective.direction == "min" else -loss
 
 
 def _refuse_if_driven_elsewhere(record: CampaignRecord) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from search_spaces import Config
 from tuner.base import Tuner
@@ -25,12 +24,11 @@ class RandomSearch(Tuner):
 
     def __init__(self, space: Any, **kwargs: Any):
         super().__init__(space, **kwargs)
-        self._rng = np.random.default_rng(self.seed)
         size = space.cardinality() if space.finite else None
         self._order: list[Config] | None = None
         if size is not None and size <= SHUFFLE_LIMIT:
             members = list(space.enumerate())
-            self._order = [members[i] for i in self._rng.permutation(len(members))]
+            self._order = [members[i] for i in self.rng.permutation(len(members))]
         self._cursor = 0
 
     def _ask(self, n: int) -> list[Config]:
@@ -44,7 +42,7 @@ class RandomSearch(Tuner):
             return out
         misses = 0
         while len(out) < n and misses < MAX_REJECTIONS:
-            config = self.space.sample(self._rng)
+            config = self.space.sample(self.rng)
             if self.known(config) or config in out:
                 misses += 1
             else:

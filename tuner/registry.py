@@ -1,5 +1,9 @@
 """Algorithm names and their classes, imported only when asked for, so that ``import tuner``
-never loads torch, skopt or Ray (the pattern of optuna's ``_imports.py``)."""
+never loads torch, skopt or Ray (the pattern of optuna's ``_imports.py``).
+
+Other packages (and the benchmarks' peers) add algorithms with ``register``; what travels to
+worker processes is the ``module:Class`` target, so workers need no registration of their own.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +17,32 @@ from tuner.base import Tuner
 
 ALGORITHMS: dict[str, str] = {
     "random": "tuner.random_search:RandomSearch",
+    "sa": "tuner.annealing:SimulatedAnnealing",
+    "ga": "tuner.genetic:GeneticAlgorithm",
+    "bo": "tuner.bayes:BayesianOptimization",
+    "dqn": "tuner.dqn:DeepQNetwork",
 }
 
 
-def algorithm_class(name: str) -> type[Tuner]:
+def register(name: str, target: str) -> None:
+    """Make ``name`` stand for the Tuner subclass at ``target`` ("package.module:Class")."""
+    ALGORITHMS[name] = target
+
+
+def algorithm_target(name: str) -> str:
     try:
-        module, cls = ALGORITHMS[name].split(":")
+        return ALGORITHMS[name]
     except KeyError:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}") from None
+
+
+def load_target(target: str) -> type[Tuner]:
+    module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def algorithm_class(name: str) -> type[Tuner]:
+    return load_target(algorithm_target(name))
 
 
 def make_tuner(
@@ -31,6 +52,9 @@ def make_tuner(
     seed: int,
     direction: Direction,
     params: Mapping[str, Any] | None = None,
+    target: str | None = None,
 ) -> Tuner:
-    """The algorithm ``name`` on ``space``; unknown names and hyperparameters raise ValueError."""
-    return algorithm_class(name)(space, seed=seed, direction=direction, params=params)
+    """The algorithm ``name`` (or the class at ``target``) on ``space``; unknown names and
+    hyperparameters raise ValueError."""
+    cls = load_target(target) if target else algorithm_class(name)
+    return cls(space, seed=seed, direction=direction, params=params)

@@ -1,0 +1,163 @@
+"""The ask -> measure -> tell -> record loop, shared by campaigns (recorded as they go in the SQL
+history) and by the offline comparison (recorded in memory in a worker process, written at the end).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from runners import Measurement, Runner, Status
+from search_spaces import Config, config_hash
+from tuner.base import Tuner
+from tuner.executor import Executor, Job, LocalExecutor, repeat_seeds
+from tuner.objective import Objective
+
+
+class TrialLike(Protocol):
+    id: int
+    number: int
+    config: dict[str, Any]
+    seed: int
+
+
+class TrialStore(Protocol):
+    """Where the loop records trials: the SQL history, or memory."""
+
+    def add_trials(
+        self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int], retry_of: Sequence[int | None] = ()
+    ) -> list[TrialLike]: ...
+
+    def start_trials(self, trial_ids: Sequence[int]) -> None: ...
+
+    def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None: ...
+
+    def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None: ...
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One finished trial, as progress displays see it."""
+
+    number: int
+    config: Config
+    status: Status
+    value: float | None
+    reason: str | None
+    duration_s: float
+    evaluated: int
+    budget: int
+    best_value: float | None
+
+
+@dataclass
+class LoopOutcome:
+    evaluated: int
+    note: str | None = None  # why the loop stopped before the budget
+    overhead_s: list[float] = field(default_factory=list)  # the algorithm's ask+tell time per evaluation
+
+
+def trial_seed(campaign_seed: int, config: Config) -> int:
+    """The seed a configuration is measured with in a campaign: campaigns with the same seed draw the
+    same noise for the same configuration (common random numbers), which makes comparisons fairer."""
+    return int(np.random.SeedSequence([campaign_seed, int(config_hash(config), 16)]).generate_state(1)[0])
+
+
+def run_loop(
+    *,
+    campaign_id: int,
+    tuner: Tuner,
+    runner: Runner,
+    objective: Objective,
+    store: TrialStore,
+    budget: int,
+    repeats: int,
+    batch_size: int,
+    seed: int,
+    evaluated: int = 0,
+    queue: Sequence[TrialLike] = (),
+    executor: Executor | None = None,
+    on_trial: Callable[[TrialResult], None] | None = None,
+) -> LoopOutcome:
+    """Spend the budget: ``queue`` holds trials to measure before asking for new ones (those
+    pending or re-run after a crash), ``evaluated`` the finished trials that already count."""
+    executor = executor or LocalExecutor()
+    outcome = LoopOutcome(evaluated)
+    queue = list(queue)
+
+    def record(job: Job, repeat: int, m: Measurement) -> None:
+        store.add_measurement(job.trial_id, repeat, m)
+
+    while outcome.evaluated < budget:
+        ask_share = 0.0
+        if not queue:
+            started = time.perf_counter()
+            configs = tuner.ask(min(batch_size, budget - outcome.evaluated))
+            ask_share = (time.perf_counter() - started) / max(len(configs), 1)
+            if not configs:
+                outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
+                break
+            queue = store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs])
+        batch, queue = queue[:batch_size], queue[batch_size:]
+        store.start_trials([t.id for t in batch])
+        jobs = [Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats)) for t in batch]
+        numbers = {t.id: t.number for t in batch}
+        for job, measurements in executor.run(runner, runner.workload, jobs, record):
+            status, value, reason = objective.outcome(measurements)
+            store.finish_trial(job.trial_id, status, value, reason)
+            started = time.perf_counter()
+            tuner.tell(job.config, value, status)
+            outcome.overhead_s.append(ask_share + time.perf_counter() - started)
+            outcome.evaluated += 1
+            if on_trial is not None:
+                best = tuner.best
+                best_value = None if best is None else (best.loss if objective.direction == "min" else -best.loss)
+                duration = sum(m.duration_s for m in measurements)
+                on_trial(TrialResult(numbers[job.trial_id], job.config, status, value, reason, duration,
+                                     outcome.evaluated, budget, best_value))
+    return outcome
+
+
+@dataclass
+class MemoryTrial:
+    id: int
+    number: int
+    config: dict[str, Any]
+    config_hash: str
+    seed: int
+    status: str = Status.PENDING.value
+    value: float | None = None
+    reason: str | None = None
+    retry_of: int | None = None
+    measurements: list[Measurement] = field(default_factory=list)
+
+
+class MemoryStore:
+    """Trials kept in memory, for loops whose history is written in one go at the end."""
+
+    def __init__(self) -> None:
+        self.trials: list[MemoryTrial] = []
+
+    def add_trials(self, campaign_id, configs, seeds, retry_of=()):  # type: ignore[no-untyped-def]
+        retries = list(retry_of) or [None] * len(configs)
+        new = [
+            MemoryTrial(len(self.trials) + i + 1, len(self.trials) + i, c.to_dict(), config_hash(c), s, retry_of=r)
+            for i, (c, s, r) in enumerate(zip(configs, seeds, retries))
+        ]
+        self.trials += new
+        return new
+
+    def start_trials(self, trial_ids: Sequence[int]) -> None:
+        for i in trial_ids:
+            self.trials[i - 1].status = Status.RUNNING.value
+
+    def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
+        self.trials[trial_id - 1].measurements.append(m)
+
+    def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None:
+        t = self.trials[trial_id - 1]
+        t.status, t.value, t.reason = status.value, value, reason
