@@ -110,7 +110,7 @@ def test_telling_a_configuration_outside_the_space_raises(algorithm, space):
 
 
 def test_a_finite_space_is_exhausted_without_repeats(algorithm):
-    space = load_table(shared("moot_configs/PostgreSQL.csv")).space
+    space = load_table(shared("cao_atc18_subset"), {"workload_id": 4, "disk_type": 0}).space
     tuner = make_tuner(algorithm, space, seed=0, direction="min")
     asked = drive(tuner, space.cardinality() + 10, batch=16)
     assert len(asked) == len(set(asked)) == space.cardinality()

@@ -1,0 +1,150 @@
+"""A genetic algorithm on DEAP: tournament selection, uniform crossover, per-gene mutation.
+
+A chromosome holds one gene per parameter, active or not; the space's ``repair`` turns it into a
+valid configuration (conditions resolved, or the nearest configuration of a table). One generation
+is one batch of asks. An offspring that was measured before takes its known fitness and costs no
+evaluation; a generation with nothing new to measure gets random immigrants.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+from deap import base, creator, tools
+
+from search_spaces import Config, Kind
+from tuner.base import Observation, Tuner
+
+if not hasattr(creator, "StoreTuneFitness"):  # DEAP's creator registers classes globally
+    creator.create("StoreTuneFitness", base.Fitness, weights=(-1.0,))
+    creator.create("StoreTuneIndividual", list, fitness=creator.StoreTuneFitness)
+
+MAX_BARREN_GENERATIONS = 20  # generations without a new configuration before immigrants fill one
+
+
+@dataclass(frozen=True)
+class Params:
+    population_size: int = 10  # 20 generations in a 200-evaluation budget (measured best on BDBC, see README)
+    crossover_rate: float = 0.8  # probability that a pair of parents is crossed
+    mutation_rate: float = 0.1  # probability that a gene mutates
+    tournament_size: int = 3
+    elitism: int = 1  # best individuals carried over unchanged
+
+
+class GeneticAlgorithm(Tuner):
+    name = "ga"
+    Params = Params
+
+    def __init__(self, space: Any, **kwargs: Any):
+        super().__init__(space, **kwargs)
+        if self.params.population_size < 2:
+            raise ValueError("ga:population_size must be at least 2")
+        self._random_state = random.Random(self.seed).getstate()
+        self._population: list[Any] = []
+        self._queue: list[Config] = []  # configurations of the current generation still to ask
+        self.diversity: list[float] = []  # per generation: mean share of genes two individuals differ in
+        self._seeds: list[Config] = []  # warm-start configurations for the first generation
+
+    def warm_start(self, observations: Any) -> None:
+        super().warm_start(observations)
+        scored = sorted((o for o in self.observations if o.loss is not None), key=lambda o: o.loss)
+        self._seeds = [o.config for o in scored[: self.params.population_size // 2]]
+
+    # --- ask/tell -------------------------------------------------------------------------------------
+    def _ask(self, n: int) -> list[Config]:
+        out: list[Config] = []
+        barren = 0
+        while len(out) < n:
+            self._queue = [c for c in self._queue if not self.known(c) and c not in out]
+            if self._queue:
+                out.append(self._queue.pop(0))
+                continue
+            if barren >= MAX_BARREN_GENERATIONS:
+                fresh = self.fresh(n - len(out), out)
+                if not fresh:
+                    break
+                out += fresh
+                continue
+            self._next_generation()
+            barren = 0 if self._queue else barren + 1
+        return out
+
+    def _tell(self, observation: Observation) -> None:
+        pass  # fitness is read from the told losses when the next generation is bred
+
+    # --- evolution ------------------------------------------------------------------------------------
+    def _next_generation(self) -> None:
+        size = self.params.population_size
+        if not self._population:
+            configs = list(self._seeds) + self.fresh(size - len(self._seeds), self._seeds)
+            self._population = [self._individual(c) for c in configs]
+        else:
+            self._evaluate(self._population)
+            with self._deap_random():
+                elite = tools.selBest(self._population, self.params.elitism)
+                parents = tools.selTournament(self._population, size - len(elite), self.params.tournament_size)
+                children = [creator.StoreTuneIndividual(p) for p in parents]
+                for a, b in zip(children[::2], children[1::2]):
+                    if random.random() < self.params.crossover_rate:
+                        tools.cxUniform(a, b, indpb=0.5)
+                for child in children:
+                    self._mutate(child)
+            self._population = [creator.StoreTuneIndividual(e) for e in elite] + children
+        configs = [self._decode(ind) for ind in self._population]
+        self.diversity.append(_diversity(configs))
+        self._queue = list(dict.fromkeys(c for c in configs if not self.known(c)))
+
+    def _evaluate(self, population: list[Any]) -> None:
+        """Fitness from the told losses; a failed or unmeasured individual gets the worst seen."""
+        losses = [o.loss for o in self.observations if o.loss is not None]
+        penalty = (max(losses) + self.loss_scale()) if losses else 0.0
+        for ind in population:
+            loss = self.told_loss(self._decode(ind))
+            ind.fitness.values = (penalty if loss is None else loss,)
+
+    def _mutate(self, child: list[Any]) -> None:
+        """Per-gene mutation; a mutant the space refuses is drawn again, at most 10 times."""
+        original = list(child)
+        for _ in range(10):
+            for i, p in enumerate(self.space.parameters):
+                if random.random() < self.params.mutation_rate:
+                    others = [v for v in p.domain() if v != child[i]] if p.kind is not Kind.REAL else None
+                    child[i] = others[random.randrange(len(others))] if others else p.sample(self.rng)
+            if self.space.repair(dict(zip(self.space.names, child))) is not None:
+                return
+            child[:] = original
+
+    def _individual(self, config: Config) -> Any:
+        return creator.StoreTuneIndividual([config.get(p.name, p.default) for p in self.space.parameters])
+
+    def _decode(self, individual: list[Any]) -> Config:
+        config = self.space.repair(dict(zip(self.space.names, individual)))
+        return config if config is not None else self.space.default()
+
+    @contextmanager
+    def _deap_random(self) -> Iterator[None]:
+        """DEAP draws from the global `random`: give it this GA's own stream, and put it back."""
+        saved = random.getstate()
+        random.setstate(self._random_state)
+        try:
+            yield
+        finally:
+            self._random_state = random.getstate()
+            random.setstate(saved)
+
+
+def _diversity(configs: list[Config]) -> float:
+    """The mean, over pairs of individuals, of the share of parameters in which they differ."""
+    if len(configs) < 2:
+        return 0.0
+    shares = []
+    for a, b in combinations(configs, 2):
+        keys = a.keys() | b.keys()
+        shares.append(sum(a.get(k) != b.get(k) for k in keys) / len(keys))
+    return float(np.mean(shares))
