@@ -13,13 +13,13 @@ from typing import Any
 
 import alembic.command
 import alembic.config
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from runners import Measurement, Status
 from search_spaces import Config, config_hash
-from tuner.models import CampaignRecord, MeasurementRecord, TrialRecord, utcnow
+from tuner.models import CampaignRecord, ComparisonRecord, MeasurementRecord, TrialRecord, utcnow
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -67,6 +67,80 @@ class History:
     def _update_campaign(self, campaign_id: int, **values: Any) -> None:
         with self.session() as s, s.begin():
             s.execute(update(CampaignRecord).where(CampaignRecord.id == campaign_id).values(**values))
+
+    def prior_observations(self, campaign: CampaignRecord) -> list[tuple[dict[str, Any], float | None, Status]]:
+        """What earlier campaigns measured on the same space, workload and device: one entry per
+        configuration (the mean of its succeeded trials, else its last outcome), for warm starts."""
+        query = (
+            select(TrialRecord.config_hash, TrialRecord.config, TrialRecord.status, TrialRecord.value)
+            .join(CampaignRecord)
+            .where(
+                CampaignRecord.id < campaign.id,
+                CampaignRecord.space_fingerprint == campaign.space_fingerprint,
+                CampaignRecord.workload_fingerprint == campaign.workload_fingerprint,
+                CampaignRecord.device == campaign.device,
+                CampaignRecord.objective_metric == campaign.objective_metric,
+                TrialRecord.status.in_([s.value for s in Status if s.terminal]),
+            )
+            .order_by(TrialRecord.id)
+        )
+        by_config: dict[str, list[Any]] = {}
+        with self.session() as s:
+            for key, config, status, value in s.execute(query):
+                by_config.setdefault(key, []).append((config, status, value))
+        out = []
+        for rows in by_config.values():
+            values = [v for _, st, v in rows if st == Status.SUCCEEDED.value and v is not None]
+            if values:
+                out.append((rows[0][0], sum(values) / len(values), Status.SUCCEEDED))
+            else:
+                out.append((rows[-1][0], None, Status(rows[-1][1])))
+        return out
+
+    # --- comparisons --------------------------------------------------------------------------------
+    def create_comparison(self, **fields: Any) -> ComparisonRecord:
+        with self.session() as s, s.begin():
+            record = ComparisonRecord(state="running", **fields)
+            s.add(record)
+        return record
+
+    def finish_comparison(self, comparison_id: int, state: str, results: dict[str, Any] | None) -> None:
+        with self.session() as s, s.begin():
+            s.execute(
+                update(ComparisonRecord)
+                .where(ComparisonRecord.id == comparison_id)
+                .values(state=state, results=results, finished_at=utcnow() if state == "finished" else None)
+            )
+
+    def comparison(self, comparison_id: int) -> ComparisonRecord:
+        with self.session() as s:
+            record = s.get(ComparisonRecord, comparison_id)
+        if record is None:
+            raise LookupError(f"no comparison {comparison_id} in {self.url}")
+        return record
+
+    def write_campaign(self, fields: dict[str, Any], trials: Sequence[Any]) -> int:
+        """A finished campaign with all its trials and measurements, in one transaction (the
+        offline comparison runs its campaigns in memory and records each as it completes)."""
+        with self.session() as s, s.begin():
+            record = CampaignRecord(**fields)
+            s.add(record)
+            s.flush()
+            rows = [
+                dict(campaign_id=record.id, number=t.number, config=t.config, config_hash=t.config_hash,
+                     status=t.status, reason=t.reason, value=t.value, seed=t.seed)
+                for t in trials
+            ]
+            if rows:
+                ids = s.scalars(insert(TrialRecord).returning(TrialRecord.id, sort_by_parameter_order=True), rows).all()
+                measurements = [
+                    dict(trial_id=i, repeat=r, status=m.status.value, reason=m.reason, metrics=dict(m.metrics),
+                         env=dict(m.env), duration_s=m.duration_s)
+                    for i, t in zip(ids, trials) for r, m in enumerate(t.measurements)
+                ]
+                if measurements:
+                    s.execute(insert(MeasurementRecord), measurements)
+            return record.id
 
     # --- trials -----------------------------------------------------------------------------------
     def trials(self, campaign_id: int, *, measurements: bool = False) -> list[TrialRecord]:

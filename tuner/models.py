@@ -46,11 +46,28 @@ class CampaignRecord(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     repeats: Mapped[int]
     batch_size: Mapped[int]
+    warm_start: Mapped[str] = mapped_column(String(16), default="none", server_default="none")
+    comparison_id: Mapped[int | None] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
 
     driver_host: Mapped[str | None] = mapped_column(String(200))
     driver_pid: Mapped[int | None]
 
     trials: Mapped[list[TrialRecord]] = relationship(back_populates="campaign", order_by="TrialRecord.number")
+
+
+class ComparisonRecord(Base):
+    """An offline comparison: several algorithms, many seeded campaigns each, on one table."""
+
+    __tablename__ = "comparisons"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    state: Mapped[str] = mapped_column(String(16))  # running | finished | interrupted
+    workload_name: Mapped[str] = mapped_column(String(200))
+    runner_settings: Mapped[dict[str, Any]]
+    settings: Mapped[dict[str, Any]]  # variants, seeds, budget, within, repeats, objective
+    results: Mapped[dict[str, Any] | None]  # the summary that `storetune compare --json` prints
 
 
 class TrialRecord(Base):

@@ -1,0 +1,106 @@
+"""The offline comparison: figures, the history it writes, the seam it runs through, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from tuner import History
+from tuner.compare import Comparison, CompareSpec, Variant
+from tuner.executor import LocalExecutor, ProcessExecutor
+
+
+@pytest.fixture
+def bowl(tmp_path: Path) -> Path:
+    """128 configurations with one optimum (a=5, b=2, c=x): near-optimal within 1% is that one alone."""
+    rows = ["a,b,c,PERF-"]
+    for a in range(8):
+        for b in range(8):
+            for c in "xy":
+                rows.append(f"{a},{b},{c},{(a - 5) ** 2 + (b - 2) ** 2 + 3 * (c == 'y') + 1}")
+    path = tmp_path / "bowl.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def spec(path: Path, variants: str, **kw) -> CompareSpec:
+    return CompareSpec(runner_settings={"dataset": [str(path)]}, variants=tuple(Variant.parse_list(variants)), **kw)
+
+
+def test_figures_and_history(sqlite_url, bowl):
+    history = History(sqlite_url)
+    comparison = Comparison.create(history, spec(bowl, "random,ga:population_size=8", seeds=6, budget=40))
+    results = comparison.run(LocalExecutor())
+    assert (results["configurations"], results["near_optimal"]) == (128, 1)
+    assert results["near_optimal_share"] == pytest.approx(1 / 128)
+    assert set(results["algorithms"]) == {"random", "ga[population_size=8]"}
+    for label, a in results["algorithms"].items():
+        curve = a["success_at"]
+        assert len(curve) == 40 and all(x <= y for x, y in zip(curve, curve[1:]))
+        evals = np.array(a["evals_to_near_optimal"])
+        assert a["success_at_budget"] == pytest.approx(np.mean(evals <= 40))
+        assert a["censored"] == int(np.sum(evals == 41))
+        assert len(a["instant_mean"]) == 40
+    assert "diversity" in results["algorithms"]["ga[population_size=8]"]
+    campaigns = [c for c in history.campaigns() if c.comparison_id == comparison.id]
+    assert len(campaigns) == 12
+    assert all(len(history.trials(c.id)) == 40 for c in campaigns)
+    assert history.comparison(comparison.id).results["near_optimal"] == 1
+
+
+def test_worker_processes_give_the_same_figures(sqlite_url, bowl):
+    history = History(sqlite_url)
+    local = Comparison.create(history, spec(bowl, "sa,bo", seeds=3, budget=20)).run(LocalExecutor())
+    remote = Comparison.create(history, spec(bowl, "sa,bo", seeds=3, budget=20)).run(ProcessExecutor(2))
+    for label in ("sa", "bo"):
+        assert local["algorithms"][label]["evals_to_near_optimal"] == remote["algorithms"][label]["evals_to_near_optimal"]
+
+
+def test_simulated_random_follows_its_exact_curve(sqlite_url, bowl):
+    results = Comparison.create(History(sqlite_url), spec(bowl, "random", seeds=300, budget=64)).run(LocalExecutor())
+    simulated = np.array(results["algorithms"]["random"]["success_at"])
+    exact = np.array(results["random_expected_success_at"])
+    assert np.max(np.abs(simulated - exact)) < 0.09  # 300 seeds: a few standard errors
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(within=0.0, budget=50), r"--within must be in \(0, 1\]"),
+        (dict(within=1.5, budget=50), r"--within must be in \(0, 1\]"),
+        (dict(budget=500), "more than the 128 configurations of bowl"),
+        (dict(seeds=0, budget=50), "--seeds must be at least 1"),
+    ],
+)
+def test_bad_settings_write_nothing(sqlite_url, bowl, kw, message):
+    history = History(sqlite_url)
+    with pytest.raises(ValueError, match=message):
+        Comparison.create(history, spec(bowl, "random", **kw))
+    with pytest.raises(ValueError, match="unknown hyperparameter 'rate' for ga"):
+        Comparison.create(history, spec(bowl, "ga:rate=1", budget=50))
+    with pytest.raises(ValueError, match="unknown algorithm 'hillclimb'"):
+        Comparison.create(history, spec(bowl, "random,hillclimb", budget=50))
+    with pytest.raises(ValueError, match="lists a variant twice"):
+        Variant.parse_list("ga,ga")
+    with history.session() as s:
+        from tuner.models import ComparisonRecord
+
+        assert s.query(ComparisonRecord).count() == 0
+
+
+def test_compare_command(sqlite_url, bowl, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("compare", "--dataset", str(bowl), "--algorithms", "random,ga:mutation_rate=0.3",
+                   "--seeds", "3", "--budget", "10", "--out", str(out), "--json", db=sqlite_url, check=True)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"algorithms", "near_optimal_share", "random_expected_success_at"} <= summary.keys()
+    for a in summary["algorithms"].values():
+        assert {"median_evals_to_near_optimal", "censored", "success_at_budget", "success_at"} <= a.keys()
+        assert len(a["success_at"]) == 10
+    assert {p.name for p in out.iterdir()} >= {"summary.json", "success.csv", "instant.csv", "evaluations.csv", "diversity.csv"}
+    bad = run_cli("compare", "--dataset", str(bowl), "--within", "2", db=sqlite_url)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --within must be in (0, 1]")

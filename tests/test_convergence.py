@@ -1,0 +1,41 @@
+"""Near-optimal sets, success curves and random search's exact curve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from search_spaces import Config
+from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
+
+
+def test_near_optimal_in_both_directions():
+    means = {Config(a=i): v for i, v in enumerate([100.0, 99.5, 98.0, 50.0])}
+    assert near_optimal(means, "max", 0.99) == {Config(a=0), Config(a=1)}
+    means = {Config(a=i): v for i, v in enumerate([1.0, 1.01, 1.02, 2.0])}
+    assert near_optimal(means, "min", 0.99) == {Config(a=0), Config(a=1)}  # <= 1 / 0.99 = 1.0101
+    with pytest.raises(ValueError, match=r"within must be in \(0, 1\]"):
+        near_optimal(means, "min", 1.5)
+
+
+def test_success_curve_and_censoring():
+    hits = [1, 3, None, 3]
+    assert success_curve(hits, 4) == [0.25, 0.25, 0.75, 0.75]
+    e = EvaluationsToTarget.of(hits, budget=4)
+    assert e.censored == 1 and e.median == 3.0  # the censored run counts as 5
+    assert evaluations_to_hit([Config(a=2), Config(a=7)], {Config(a=7)}) == 2
+
+
+def test_random_curve_matches_the_hypergeometric_formula_and_a_simulation():
+    size, targets, budget = 50, 3, 30
+    exact = random_success_curve(size, targets, budget)
+    from math import comb
+
+    assert exact[9] == pytest.approx(1 - comb(size - targets, 10) / comb(size, 10))
+    rng = np.random.default_rng(0)
+    hits = []
+    for _ in range(4000):  # draws without replacement: the first target's position in a permutation
+        order = rng.permutation(size)
+        hits.append(int(np.flatnonzero(order < targets)[0]) + 1)
+    simulated = success_curve([h if h <= budget else None for h in hits], budget)
+    assert np.max(np.abs(np.array(simulated) - exact)) < 0.03

@@ -1,0 +1,242 @@
+"""The offline comparison of search algorithms on an exhaustive table, as the ATC'18 study ran it.
+
+Every algorithm variant runs one campaign per seed, through the same loop as any campaign, on the
+dataset runner. The seeds run in worker processes (the executor seam); the driver, the history's
+only writer, records each campaign as it completes, tagged with the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from runners import Runner, Status, make_runner
+from search_spaces import Config
+from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
+from tuner.executor import Executor, LocalExecutor
+from tuner.history import History
+from tuner.loop import MemoryStore, MemoryTrial, run_loop
+from tuner.models import utcnow
+from tuner.objective import Objective
+from tuner.registry import algorithm_target, make_tuner
+
+OVERHEAD_WINDOW = 10  # evaluations averaged for "ask+tell at the budget's end"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An algorithm with hyperparameters, written ``ga`` or ``ga:mutation_rate=0.05:population_size=30``."""
+
+    algorithm: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        if not self.params:
+            return self.algorithm
+        return f"{self.algorithm}[{','.join(f'{k}={v}' for k, v in self.params)}]"
+
+    @classmethod
+    def parse_list(cls, text: str) -> list[Variant]:
+        variants = []
+        for item in filter(None, (x.strip() for x in text.split(","))):
+            name, *assignments = item.split(":")
+            params = []
+            for a in assignments:
+                key, sep, value = a.partition("=")
+                if not sep or not key:
+                    raise ValueError(f"--algorithms {item!r}: write hyperparameters as {name}:name=value")
+                params.append((key, value))
+            variants.append(cls(name, tuple(params)))
+        labels = [v.label for v in variants]
+        if not variants:
+            raise ValueError("--algorithms names no algorithm")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"--algorithms lists a variant twice: {', '.join(labels)}")
+        return variants
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    runner_settings: Mapping[str, Any]  # of the dataset runner
+    variants: tuple[Variant, ...]
+    seeds: int = 100
+    budget: int = 200
+    within: float = 0.99
+    repeats: int = 1
+    metric: str | None = None
+    direction: str | None = None
+    first_seed: int = 0
+
+
+@dataclass(frozen=True)
+class SeedTask:
+    runner_settings: Mapping[str, Any]
+    variant: Variant
+    target: str  # the algorithm's "module:Class", resolved by the driver
+    seed: int
+    budget: int
+    repeats: int
+    objective: Objective
+
+
+@dataclass
+class SeedRun:
+    variant: Variant
+    seed: int
+    trials: list[MemoryTrial]
+    overhead_s: list[float]
+    diversity: list[float] | None = None
+    campaign_id: int | None = None
+
+
+_RUNNERS: dict[str, Runner] = {}  # one loaded table per worker process
+
+
+def run_seed(task: SeedTask) -> SeedRun:
+    """One seeded campaign of one variant, in memory (runs in a worker process)."""
+    key = json.dumps(task.runner_settings, sort_keys=True, default=str)
+    if key not in _RUNNERS:
+        _RUNNERS[key] = make_runner("dataset", **task.runner_settings)
+    runner = _RUNNERS[key]
+    tuner = make_tuner(task.variant.algorithm, runner.space, seed=task.seed, direction=task.objective.direction,
+                       params=dict(task.variant.params), target=task.target)
+    store = MemoryStore()
+    outcome = run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=task.objective, store=store,
+                       budget=task.budget, repeats=task.repeats, batch_size=1, seed=task.seed)
+    return SeedRun(task.variant, task.seed, store.trials, outcome.overhead_s, getattr(tuner, "diversity", None))
+
+
+class Comparison:
+    def __init__(self, history: History, spec: CompareSpec, comparison_id: int, runner: Runner, objective: Objective):
+        self.history, self.spec, self.id = history, spec, comparison_id
+        self.runner, self.objective = runner, objective
+        self.means = runner.table.means(objective.metric)
+        self.targets = near_optimal(self.means, objective.direction, spec.within)
+
+    @classmethod
+    def create(cls, history: History, spec: CompareSpec) -> Comparison:
+        """Validate everything, then record the comparison. Bad input raises ValueError first."""
+        if not 0 < spec.within <= 1:
+            raise ValueError(f"--within must be in (0, 1], e.g. 0.99 for 'within 1% of the best'; got {spec.within}")
+        for name, value in (("seeds", spec.seeds), ("budget", spec.budget), ("repeats", spec.repeats)):
+            if value < 1:
+                raise ValueError(f"--{name} must be at least 1, not {value}")
+        runner = make_runner("dataset", **spec.runner_settings)
+        size = runner.space.cardinality()
+        if spec.budget > size:
+            raise ValueError(
+                f"a budget of {spec.budget} is more than the {size} configurations of {runner.table.name}: "
+                f"every search would measure the whole table; use --budget {size} or less"
+            )
+        objective = Objective.resolve(runner.metrics(), spec.metric, spec.direction)
+        for v in spec.variants:  # unknown algorithms and hyperparameters fail here, before any write
+            make_tuner(v.algorithm, runner.space, seed=0, direction=objective.direction, params=dict(v.params))
+        settings = {
+            "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
+            "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
+        }
+        record = history.create_comparison(workload_name=runner.workload.name,
+                                           runner_settings=runner.settings(), settings=settings)
+        return cls(history, spec, record.id, runner, objective)
+
+    def run(self, executor: Executor | None = None, on_seed: Callable[[SeedRun], None] | None = None) -> dict[str, Any]:
+        executor = executor or LocalExecutor()
+        spec = self.spec
+        seeds = range(spec.first_seed, spec.first_seed + spec.seeds)
+        tasks = [SeedTask(self.runner.settings(), v, algorithm_target(v.algorithm), s, spec.budget, spec.repeats,
+                          self.objective) for s in seeds for v in spec.variants]
+        runs: dict[str, list[SeedRun]] = {v.label: [] for v in spec.variants}
+        try:
+            for run in executor.map_unordered(run_seed, tasks):
+                run.campaign_id = self._record(run)
+                runs[run.variant.label].append(run)
+                if on_seed is not None:
+                    on_seed(run)
+        except KeyboardInterrupt:
+            self.history.finish_comparison(self.id, "interrupted", None)
+            raise
+        results = self.summarize(runs)
+        self.history.finish_comparison(self.id, "finished", results)
+        self.runs = runs
+        return results
+
+    def _record(self, run: SeedRun) -> int:
+        runner = self.runner
+        fields = dict(
+            state="finished", finished_at=utcnow(), space_name=runner.space.name,
+            space_fingerprint=runner.space.fingerprint(), space=runner.space.to_dict(), runner=runner.name,
+            runner_settings=runner.settings(), workload_name=runner.workload.name,
+            workload_fingerprint=runner.workload.fingerprint(), workload=runner.workload.to_dict(),
+            device=getattr(runner, "device", runner.name), algorithm=run.variant.algorithm,
+            algorithm_params=dict(run.variant.params), objective_metric=self.objective.metric,
+            objective_direction=self.objective.direction, budget=self.spec.budget, seed=run.seed,
+            repeats=self.spec.repeats, batch_size=1, comparison_id=self.id,
+        )
+        return self.history.write_campaign(fields, run.trials)
+
+    # --- the figures ------------------------------------------------------------------------------
+    def summarize(self, runs: Mapping[str, Sequence[SeedRun]]) -> dict[str, Any]:
+        budget, size = self.spec.budget, len(self.means)
+        algorithms = {label: self._figures(sorted(rs, key=lambda r: r.seed)) for label, rs in runs.items() if rs}
+        return {
+            "comparison": self.id,
+            "dataset": self.runner.table.name,
+            "objective": self.objective.to_dict(),
+            "budget": budget,
+            "seeds": self.spec.seeds,
+            "within": self.spec.within,
+            "configurations": size,
+            "near_optimal": len(self.targets),
+            "near_optimal_share": len(self.targets) / size,
+            "random_expected_success_at": random_success_curve(size, len(self.targets), budget),
+            "algorithms": algorithms,
+        }
+
+    def _figures(self, runs: Sequence[SeedRun]) -> dict[str, Any]:
+        budget = self.spec.budget
+        evaluated = [[Config(t.config) for t in r.trials if Status(t.status).terminal] for r in runs]
+        hits = [evaluations_to_hit(e, self.targets) for e in evaluated]
+        to_target = EvaluationsToTarget.of(hits, budget)
+        instant = np.full((len(runs), budget), np.nan)
+        for i, configs in enumerate(evaluated):
+            instant[i, : len(configs)] = [self.means.get(c, np.nan) for c in configs]
+        overhead = [r.overhead_s for r in runs]
+        out: dict[str, Any] = {
+            "algorithm": runs[0].variant.algorithm,
+            "params": dict(runs[0].variant.params),
+            "median_evals_to_near_optimal": to_target.median,
+            "evals_p25": to_target.p25,
+            "evals_p75": to_target.p75,
+            "censored": to_target.censored,
+            "success_at": success_curve(hits, budget),
+            "best_mean_at_budget": float(np.median([self._best_mean(r) for r in runs])),
+            "instant_mean": [_finite(v) for v in np.nanmean(np.where(np.isnan(instant), np.nan, instant), axis=0)],
+            "ask_tell_ms": 1000 * float(np.mean([np.mean(o) for o in overhead if o])),
+            "ask_tell_ms_at_budget": 1000 * float(np.mean([np.mean(o[-OVERHEAD_WINDOW:]) for o in overhead if o])),
+            "evals_to_near_optimal": [budget + 1 if h is None else h for h in hits],
+        }
+        out["success_at_budget"] = out["success_at"][-1]
+        diversity = [r.diversity for r in runs if r.diversity]
+        if diversity:
+            generations = min(len(d) for d in diversity)
+            out["diversity"] = np.mean([d[:generations] for d in diversity], axis=0).tolist()
+        return out
+
+    def _best_mean(self, run: SeedRun) -> float:
+        """The table mean of the configuration the run believes best (its best measured value)."""
+        scored = [t for t in run.trials if t.status == Status.SUCCEEDED.value and t.value is not None]
+        if not scored:
+            return math.nan
+        sign = 1 if self.objective.direction == "min" else -1
+        best = min(scored, key=lambda t: sign * t.value)
+        return self.means.get(Config(best.config), math.nan)
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
