@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory apt PKGS=python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[rl,test]'
 	@touch $@
 
 # Install the Debian packages in PKGS that are missing (as root; CI runs as root).

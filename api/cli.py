@@ -12,12 +12,14 @@ import typer
 from rich.console import Console
 
 from api import render
-from api.progress import CampaignProgress
+from api.export import write_comparison
+from api.progress import CampaignProgress, ComparisonProgress
 from api.settings import Settings
 from runners import RUNNERS, make_runner
 from search_spaces import Config, format_config, list_spaces, load_space
 from tuner import ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, History, best_trial
 from tuner.analysis import table_rank
+from tuner.campaign import WARM_STARTS
 
 app = typer.Typer(
     add_completion=False,
@@ -25,7 +27,7 @@ app = typer.Typer(
     help="StoreTune: a black-box auto-tuner for storage stacks.",
 )
 # Piped output (files, CI logs) gets wide tables instead of rich's 80-column default.
-out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 DbOption = Annotated[
@@ -94,6 +96,8 @@ def tune(
     metric: Annotated[Optional[str], typer.Option(help="Metric to optimise (default: the runner's first).")] = None,
     direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the metric).")] = None,
     resume: Annotated[Optional[int], typer.Option(help="Finish the budget of this campaign.")] = None,
+    warm_start: Annotated[str, typer.Option(help=f"{' or '.join(WARM_STARTS)}: 'same' learns from earlier trials "
+                                                 "of the same space, workload and device.")] = "none",
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -113,6 +117,7 @@ def tune(
             budget=budget,
             seed=seed,
             repeats=repeats,
+            warm_start=warm_start,
         )
         campaign = Campaign.create(history, spec)
     record = campaign.record
@@ -127,8 +132,51 @@ def _print_summary(summary: CampaignSummary, as_json: bool) -> None:
     if as_json:
         print(json.dumps(summary.to_dict(), default=str))
         return
-    out.print(render.summary_table(summary))
-    out.print(f"see every trial: storetune trials {summary.campaign}   the best: storetune best {summary.campaign}")
+    console.print(render.summary_table(summary))
+    console.print(f"see every trial: storetune trials {summary.campaign}   the best: storetune best {summary.campaign}")
+
+
+@app.command()
+def compare(
+    dataset: Annotated[list[Path], typer.Option(help="The exhaustive table(s) to replay.")],
+    algorithms: Annotated[str, typer.Option(help="Comma-separated, with hyperparameters as ga:mutation_rate=0.05.")]
+    = ",".join(ALGORITHMS),
+    seeds: Annotated[int, typer.Option(help="Seeded campaigns per algorithm.")] = 100,
+    budget: Annotated[int, typer.Option(help="Evaluations per campaign.")] = 200,
+    within: Annotated[float, typer.Option(help="Near-optimal: within this fraction of the table's best mean.")] = 0.99,
+    context: Annotated[list[str], typer.Option(help="Pin a setup column, e.g. workload_id=4.")] = [],  # noqa: B006
+    metric: Annotated[Optional[str], typer.Option(help="Metric to optimise (default: the table's objective).")] = None,
+    direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the table).")] = None,
+    repeats: Annotated[int, typer.Option(help="Measurements per configuration.")] = 1,
+    first_seed: Annotated[int, typer.Option(help="Seeds run from this one.")] = 0,
+    workers: Annotated[int, typer.Option(help="Worker processes (default: one per core).")] = 0,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for summary.json and CSV files.")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compare algorithms offline on an exhaustive table: success rate by evaluation, evaluations to near-optimal."""
+    from tuner.compare import Comparison, CompareSpec, Variant  # scipy: loaded only for this command
+    from tuner.executor import ProcessExecutor
+
+    history = _history(db)
+    spec = CompareSpec(
+        runner_settings=_runner_settings("dataset", dataset, context, None, None, 0, metric),
+        variants=tuple(Variant.parse_list(algorithms)),
+        seeds=seeds, budget=budget, within=within, repeats=repeats, metric=metric,
+        direction=direction, first_seed=first_seed,
+    )
+    comparison = Comparison.create(history, spec)
+    executor = ProcessExecutor(workers or None)
+    title = f"comparison {comparison.id} on {comparison.runner.table.name}"
+    with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
+        results = comparison.run(executor, on_seed=progress.update)
+    if out is not None:
+        for path in write_comparison(out, results, comparison.runs):
+            err.print(f"wrote {path}")
+    if as_json:
+        print(json.dumps(results))
+        return
+    console.print(render.comparison_table(results))
 
 
 @app.command()
@@ -142,7 +190,7 @@ def trials(
     record = history.campaign(campaign)
     rows = history.trials(campaign)
     if fmt == "table":
-        out.print(render.trials_table(record, rows))
+        console.print(render.trials_table(record, rows))
     elif fmt == "json":
         print(json.dumps([_trial_dict(t) for t in rows], default=str))
     elif fmt == "csv":
@@ -186,23 +234,23 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
     if as_json:
         print(json.dumps(result))
         return
-    out.print(
+    console.print(
         f"campaign {campaign}: best {record.objective_metric} = [bold]{top.value:.6g}[/] "
         f"({record.objective_direction}), trial {top.number}, found after {result['evaluations_to_find']} evaluations"
     )
     if rank is not None:
-        out.print(
+        console.print(
             f"in the table: mean {rank.mean:.6g}, rank {rank.rank} of {rank.configurations} "
             f"(the table's best mean is {rank.table_best:.6g})"
         )
     for key, value in top.config.items():
-        out.print(f"  {key} = {value}")
+        console.print(f"  {key} = {value}")
 
 
 @app.command()
 def campaigns(db: DbOption = None) -> None:
     """The campaigns in the history."""
-    out.print(render.campaigns_table(_history(db).campaigns()))
+    console.print(render.campaigns_table(_history(db).campaigns()))
 
 
 @app.command()
@@ -234,9 +282,9 @@ def check(
     if as_json:
         print(json.dumps(result))
         return
-    out.print(f"valid in {target.name} (hash {result['hash']}): {format_config(config)}")
+    console.print(f"valid in {target.name} (hash {result['hash']}): {format_config(config)}")
     if runner is not None:
-        out.print(f"measured: mean {runner.table.default_metric} = {result['mean']:.6g}")
+        console.print(f"measured: mean {runner.table.default_metric} = {result['mean']:.6g}")
 
 
 @app.command()
@@ -250,10 +298,10 @@ def spaces(
     if dataset:
         settings = _runner_settings("dataset", dataset, context, None, None, 0, metric)
         runner = make_runner("dataset", **settings)
-        out.print(render.space_table(runner.space))
+        console.print(render.space_table(runner.space))
         return
     for space_name in [name] if name else list_spaces():
-        out.print(render.space_table(load_space(space_name)))
+        console.print(render.space_table(load_space(space_name)))
 
 
 if __name__ == "__main__":

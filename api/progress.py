@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -41,3 +42,24 @@ class CampaignProgress:
         pace = (time.monotonic() - self._started) / max(done_here, 1)
         best = "-" if result.best_value is None else f"{result.best_value:.6g}"
         self._progress.update(self._task, completed=result.evaluated, best=best, pace=f"{pace:.3g} s/trial")
+
+
+class ComparisonProgress:
+    """Seeded campaigns done out of all, for `storetune compare`."""
+
+    def __init__(self, console: Console, title: str, total: int):
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
+            TimeElapsedColumn(), console=console,
+        )
+        self._task = self._progress.add_task(title, total=total, last="")
+
+    def __enter__(self) -> ComparisonProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._progress.stop()
+
+    def update(self, run: Any) -> None:
+        self._progress.update(self._task, advance=1, last=f"{run.variant.label} seed {run.seed}")

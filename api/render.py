@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
 from search_spaces import SearchSpace, format_config
@@ -20,7 +21,8 @@ def space_table(space: SearchSpace) -> Table:
     for p in space.parameters:
         kind = p.kind.value + (" (log)" if p.log else "")
         domain = p.describe_domain() + (f" {p.unit}" if p.unit else "")
-        table.add_row(p.name, kind, domain, str(p.default), p.when.describe() or "always", p.source or p.doc)
+        cells = (p.name, kind, domain, str(p.default), p.when.describe() or "always", p.source or p.doc)
+        table.add_row(*map(escape, cells))
     for rule in space.forbidden:
         table.add_row("[dim]forbidden[/]", "", rule.condition.describe(), "", "", rule.reason)
     return table
@@ -54,7 +56,7 @@ def trials_table(record: CampaignRecord, trials: Sequence[TrialRecord]) -> Table
     for t in trials:
         value = "" if t.value is None else f"{t.value:.6g}"
         style = "bold green" if best is not None and t.id == best.id else None
-        table.add_row(str(t.number), t.status, value, format_config(t.config), t.reason or "", style=style)
+        table.add_row(str(t.number), t.status, value, escape(format_config(t.config)), escape(t.reason or ""), style=style)
     return table
 
 
@@ -75,5 +77,31 @@ def summary_table(summary: CampaignSummary) -> Table:
         ("history", summary.database),
     ]
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, escape(str(value)))
+    return table
+
+
+def comparison_table(results: dict) -> Table:
+    """One row per algorithm: evaluations to near-optimal, success rates, best found, overhead."""
+    budget = results["budget"]
+    marks = [k for k in (50, 100, 200) if k < budget] + [budget]
+    title = (
+        f"comparison {results['comparison']} on {results['dataset']}: {results['seeds']} seeds x {budget} evaluations; "
+        f"near-optimal = within {results['within']:g} of the best, {results['near_optimal']} of "
+        f"{results['configurations']} configurations ({100 * results['near_optimal_share']:.2f}%)"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("algorithm")
+    table.add_column("median evals (IQR)", justify="right")
+    table.add_column("censored", justify="right")
+    for k in marks:
+        table.add_column(f"success@{k}", justify="right")
+    table.add_column("best mean at budget", justify="right")
+    table.add_column("ask+tell ms", justify="right")
+    random_curve = results["random_expected_success_at"]
+    for label, a in results["algorithms"].items():
+        median = f"{a['median_evals_to_near_optimal']:g} ({a['evals_p25']:g}-{a['evals_p75']:g})"
+        row = [escape(label), median, str(a["censored"]), *(f"{a['success_at'][k - 1]:.2f}" for k in marks)]
+        table.add_row(*row, f"{a['best_mean_at_budget']:.6g}", f"{a['ask_tell_ms']:.2f}")
+    table.add_row("[dim]random, exact[/]", "", "", *(f"[dim]{random_curve[k - 1]:.2f}[/]" for k in marks), "", "")
     return table

@@ -1,0 +1,72 @@
+"""Optuna's TPE sampler behind StoreTune's ask/tell, as the peer the benchmarks compare against.
+
+Installed only for the benchmarks (`pip install -e '.[bench]'`). Fair to TPE in two ways:
+- a proposal absent from a table, or refused by the space, is replaced by the nearest valid
+  configuration, and TPE learns the result under the configuration actually measured;
+- a proposal already measured is answered from what was measured (no budget spent) and TPE is
+  asked again, so that TPE, like StoreTune's algorithms, never spends an evaluation twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from search_spaces import Config, Kind
+from tuner.base import Observation, Tuner
+
+MAX_REPROPOSALS = 20
+
+
+class OptunaTPE(Tuner):
+    name = "optuna-tpe"
+
+    def __init__(self, space: Any, **kwargs: Any):
+        super().__init__(space, **kwargs)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
+        self._distributions = {}
+        for p in space.parameters:
+            if p.kind in (Kind.CATEGORICAL, Kind.ORDINAL):
+                self._distributions[p.name] = CategoricalDistribution(p.values)
+            elif p.kind is Kind.INTEGER:
+                self._distributions[p.name] = IntDistribution(int(p.low), int(p.high), log=p.log)
+            else:
+                self._distributions[p.name] = FloatDistribution(p.low, p.high, log=p.log)
+        self._asked_trials: dict[Config, Any] = {}
+
+    def _ask(self, n: int) -> list[Config]:
+        out: list[Config] = []
+        for _ in range(n * MAX_REPROPOSALS):
+            if len(out) == n:
+                break
+            trial = self._study.ask(self._distributions)
+            config = self.space.repair(trial.params)
+            if config is not None and config not in out and not self.known(config):
+                if config.to_dict() == {k: trial.params[k] for k in config}:
+                    self._asked_trials[config] = trial  # told under its own params
+                else:
+                    self._study.tell(trial, state=TrialState.FAIL)  # learnt under the measured config instead
+                out.append(config)
+                continue
+            loss = self.told_loss(config) if config is not None else None
+            if loss is not None:
+                self._study.tell(trial, loss)  # a repeat proposal: answered from what was measured
+            else:
+                self._study.tell(trial, state=TrialState.FAIL)
+        return out + self.fresh(n - len(out), out)
+
+    def _tell(self, observation: Observation) -> None:
+        trial = self._asked_trials.pop(observation.config, None)
+        if trial is not None:
+            if observation.loss is None:
+                self._study.tell(trial, state=TrialState.FAIL)
+            else:
+                self._study.tell(trial, observation.loss)
+        elif observation.loss is not None:
+            params = {k: v for k, v in observation.config.items() if k in self._distributions}
+            dists = {k: self._distributions[k] for k in params}
+            self._study.add_trial(create_trial(params=params, distributions=dists, value=observation.loss))
