@@ -1,0 +1,1 @@
+"""Real devices: loop or block targets, file systems, queue settings, fio and Filebench."""

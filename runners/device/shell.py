@@ -1,0 +1,130 @@
+"""The system commands and sysfs writes the device runner makes, in one place, so that
+``--dry-run`` can print every one of them and touch nothing."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def tail(self, chars: int = 600) -> str:
+        """What the tool said, for a trial's reason: stderr (or stdout) up to a usage dump if it
+        printed one (mkfs.xfs explains itself in its first line, then prints its whole usage)."""
+        text = self.stderr.strip() or self.stdout.strip()
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if line.strip().lower().startswith("usage:") and i > 0:
+                return "\n".join(lines[:i]).strip()[:chars]
+        return text[-chars:]
+
+
+class CommandFailed(RuntimeError):
+    def __init__(self, result: Result):
+        super().__init__(f"{shlex.join(result.argv)} failed ({result.returncode}): {result.tail()}")
+        self.result = result
+
+
+class CommandTimeout(RuntimeError):
+    def __init__(self, argv: Sequence[str], timeout_s: float):
+        super().__init__(f"{shlex.join(argv)} did not finish in {timeout_s:g} s")
+        self.argv, self.timeout_s = tuple(argv), timeout_s
+
+
+class Shell:
+    """Runs commands for real. A killed or timed-out command takes its whole process group with it.
+    With a ``log`` (a SetupLog), every process is recorded while it runs, so that if this process is
+    killed, the next start can kill what it left running (fio would keep a mount busy)."""
+
+    dry_run = False
+
+    def __init__(self, log: Any = None):
+        self.log = log
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
+        started = time.monotonic()
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        entry = self.log.record_process(proc.pid) if self.log is not None else None
+        try:
+            return self._wait(proc, argv, timeout, check, started)
+        finally:
+            if entry is not None:
+                self.log.done(entry)
+
+    def _wait(self, proc: subprocess.Popen, argv: Sequence[str], timeout: float | None, check: bool,
+              started: float) -> Result:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise CommandTimeout(argv, timeout or 0) from None
+        except BaseException:  # Ctrl-C: do not leave the benchmark running on the device
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        result = Result(tuple(argv), proc.returncode, out, err, time.monotonic() - started)
+        if check and not result.ok:
+            raise CommandFailed(result)
+        return result
+
+    def write(self, path: str | Path, value: str) -> None:
+        """A sysfs or procfs write, e.g. the I/O scheduler."""
+        Path(path).write_text(value)
+
+    def read(self, path: str | Path) -> str:
+        return Path(path).read_text().strip()
+
+    def write_file(self, path: str | Path, text: str) -> None:
+        """A job or workload file the commands read."""
+        Path(path).write_text(text)
+
+
+class DryRunShell(Shell):
+    """Prints what would run, runs nothing, and answers as if everything succeeded."""
+
+    dry_run = True
+
+    def __init__(self, echo: Callable[[str], None] = print):
+        super().__init__()
+        self.echo = echo
+        self.commands: list[str] = []
+
+    def _say(self, line: str) -> None:
+        self.commands.append(line)
+        self.echo(line)
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
+        self._say(shlex.join(argv))
+        return Result(tuple(argv), 0, "", "", 0.0)
+
+    def write(self, path: str | Path, value: str) -> None:
+        self._say(f"echo {shlex.quote(value)} > {path}")
+
+    def read(self, path: str | Path) -> str:
+        try:
+            return super().read(path)
+        except OSError:
+            return "<its value now>"  # the device does not exist in a dry run
+
+    def write_file(self, path: str | Path, text: str) -> None:
+        self._say(f"cat > {path} <<'EOF'\n{text.rstrip()}\nEOF")
