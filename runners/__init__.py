@@ -13,6 +13,7 @@ from runners.base import Direction, Measurement, Runner, Status, Workload, guess
 RUNNERS = {
     "dataset": "runners.dataset:DatasetRunner",
     "command": "runners.command:CommandRunner",
+    "device": "runners.device.runner:DeviceRunner",
 }
 
 

@@ -84,6 +84,10 @@ class Runner(Protocol):
         """The keyword arguments that rebuild this runner with ``make_runner`` (for resume)."""
         ...
 
+    def close(self) -> None:
+        """Release what the runner holds (a loop device); it may be used again afterwards."""
+        ...
+
 
 # Metric names and the direction that is better, by substring; the first match wins.
 _DIRECTION_HINTS: tuple[tuple[str, Direction], ...] = (

@@ -48,6 +48,9 @@ class CommandRunner:
             "workload": self.workload.name,
         }
 
+    def close(self) -> None:
+        """Nothing to release."""
+
     def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         try:
             config = self.space.validate(config)

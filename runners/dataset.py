@@ -40,6 +40,9 @@ class DatasetRunner:
             "metric": self._metric,
         }
 
+    def close(self) -> None:
+        """Nothing to release."""
+
     def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         if workload.fingerprint() != self.workload.fingerprint():
             return Measurement.failed(Status.FAILED, f"this runner replays {self.workload.name}, not {workload.name}")

@@ -1,0 +1,134 @@
+"""The benchmark engines: fio (the default, from Debian's package) and the real Filebench binary.
+
+Each writes its workload file into the mounted file system's parent directory, runs with a
+timeout, and turns the engine's report into StoreTune's metrics:
+- ops_per_s, mb_per_s and their read/write split;
+- lat_mean_us, and lat_p99_us / lat_p999_us: the worse of the read and write percentiles (fio
+  reports each direction's completion-latency percentiles, not the combined distribution).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from runners.device.personalities import Personality, filebench_wml, fio_job
+from runners.device.shell import Shell
+
+ENGINES = ("fio", "filebench")
+
+
+class EngineOutputError(ValueError):
+    """The engine ran but its report cannot be read."""
+
+
+def engine_version(shell: Shell, engine: str) -> str | None:
+    if shutil.which(engine) is None:
+        return None
+    argv = [engine, "--version"] if engine == "fio" else [engine, "-h"]
+    result = shell.run(argv, check=False, timeout=30)
+    text = (result.stdout + result.stderr).strip()
+    match = re.search(r"(\d+\.\d+(?:[.-]\w+)*)", text)  # fio-3.33, Filebench Version 1.5-alpha3
+    return match.group(1) if match else text[:40]
+
+
+def run_fio(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtime_s: float, seed: int,
+            timeout_s: float) -> dict[str, float]:
+    job = workdir / f"{p.name}.fio"
+    shell.write_file(job, fio_job(p, mountpoint, runtime_s, seed))
+    report = workdir / f"{p.name}.json"
+    result = shell.run(["fio", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
+    if shell.dry_run:
+        return {}
+    # fio exits 0 even when some of its jobs could not run ("blocksize is larger than data set range")
+    complaints = [line for line in result.stderr.splitlines() if line.startswith("fio:") and "note:" not in line]
+    if complaints:
+        raise EngineOutputError(f"fio: {len(complaints)} complaint(s), e.g. {complaints[0]}")
+    return parse_fio(report.read_text())
+
+
+def parse_fio(text: str) -> dict[str, float]:
+    """Metrics from fio's JSON report (fio 3.x), all jobs of group 0 together."""
+    start = text.find("{")  # fio may print notes before the JSON
+    try:
+        report = json.loads(text[start:]) if start >= 0 else None
+        jobs = report["jobs"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise EngineOutputError("fio's report is not JSON with 'jobs'") from None
+    failed = [j for j in jobs if j.get("error")]
+    if failed:
+        raise EngineOutputError(f"fio job {failed[0].get('jobname')} failed: error {failed[0]['error']} "
+                                f"({os.strerror(failed[0]['error'])})")
+    totals: dict[str, float] = {}
+    for direction in ("read", "write"):
+        stats = [j[direction] for j in jobs if j.get(direction, {}).get("total_ios", 0) > 0]
+        ios = sum(s["total_ios"] for s in stats)
+        totals[f"{direction}_iops"] = sum(s["iops"] for s in stats)
+        totals[f"{direction}_mb_per_s"] = sum(s["bw_bytes"] for s in stats) / 1e6
+        totals[f"{direction}_ios"] = ios
+        if ios:
+            totals[f"{direction}_lat_mean_us"] = sum(s["clat_ns"]["mean"] * s["total_ios"] for s in stats) / ios / 1e3
+            for q, key in (("99.000000", "p99"), ("99.900000", "p999")):
+                values = [s["clat_ns"].get("percentile", {}).get(q) for s in stats]
+                values = [v for v in values if v is not None]
+                if values:
+                    totals[f"{direction}_lat_{key}_us"] = max(values) / 1e3
+    ios = totals["read_ios"] + totals["write_ios"]
+    if ios == 0:
+        raise EngineOutputError("fio completed no I/O")
+    metrics = {
+        "ops_per_s": totals["read_iops"] + totals["write_iops"],
+        "mb_per_s": totals["read_mb_per_s"] + totals["write_mb_per_s"],
+        "read_ops_per_s": totals["read_iops"],
+        "write_ops_per_s": totals["write_iops"],
+        "read_mb_per_s": totals["read_mb_per_s"],
+        "write_mb_per_s": totals["write_mb_per_s"],
+        "lat_mean_us": sum(totals.get(f"{d}_lat_mean_us", 0) * totals[f"{d}_ios"] for d in ("read", "write")) / ios,
+    }
+    for key in ("p99", "p999"):
+        values = [totals[f"{d}_lat_{key}_us"] for d in ("read", "write") if f"{d}_lat_{key}_us" in totals]
+        metrics[f"lat_{key}_us"] = max(values)
+    for d in ("read", "write"):
+        for key in ("lat_mean_us", "lat_p99_us"):
+            if f"{d}_{key}" in totals:
+                metrics[f"{d}_{key}"] = totals[f"{d}_{key}"]
+    return metrics
+
+
+def run_filebench(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtime_s: float,
+                  timeout_s: float) -> dict[str, float]:
+    wml = workdir / f"{p.name}.f"
+    shell.write_file(wml, filebench_wml(p, mountpoint, runtime_s))
+    result = shell.run(["filebench", "-f", str(wml)], timeout=timeout_s)
+    if shell.dry_run:
+        return {}
+    return parse_filebench(result.stdout + result.stderr)
+
+
+_SUMMARY = re.compile(
+    r"IO Summary:\s+(?P<ops>\d+) ops\s+(?P<rate>[\d.]+) ops/s\s+(?P<rd>\d+)/(?P<wr>\d+) rd/wr\s+"
+    r"(?P<mb>[\d.]+)mb/s\s+(?P<lat>[\d.]+)ms/op"
+)
+
+
+def parse_filebench(text: str) -> dict[str, float]:
+    """Metrics from Filebench's "IO Summary" line. Filebench reports operations (flowops) per
+    second and mean latency per operation; it reports no percentiles."""
+    match = _SUMMARY.search(text)
+    if match is None:
+        raise EngineOutputError("Filebench printed no 'IO Summary' line")
+    return {
+        "ops_per_s": float(match["rate"]),
+        "read_ops_per_s": float(match["rd"]),
+        "write_ops_per_s": float(match["wr"]),
+        "mb_per_s": float(match["mb"]) * 1.048576,  # Filebench's mb is MiB
+        "lat_mean_us": float(match["lat"]) * 1000.0,
+    }
+
+
+def engine_env(p: Personality, engine: str) -> dict[str, Any]:
+    return {"engine": engine, "personality": p.name, "nfiles": p.nfiles, "fileset_bytes": p.fileset_bytes}

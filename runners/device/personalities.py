@@ -1,0 +1,228 @@
+"""The four Filebench personalities the ATC'18 study measured, as parameters from which both a
+Filebench WML file and an approximating fio job file are generated.
+
+The parameters are Filebench's own (workloads/*.f of Filebench 1.5), with the files made smaller
+where the fileset would exceed ``fileset_bytes`` (256 MiB by default): fileserver's 10,000 files of
+128 KiB would not fit a 1 GiB loop device, so they become 10,000 files of 26 KiB. What each fio job
+follows and what it cannot:
+
+- fileserver: 10,000 files, meandirwidth 20, mean file size 128 KiB scaled to fit (fio draws sizes
+  uniformly in 0.5-1.5x the mean, Filebench from a gamma distribution), 50 threads, whole-file I/O in
+  1 MiB requests, 16 KiB appends. fio cannot chain create -> write -> append -> read -> delete -> stat on one file in one
+  thread: it runs whole-file writes and reads (rw=rw, 1:1) and a 16 KiB appender side by side, and
+  never deletes or stats.
+- varmail ('mailserver'): 1,000 files of 16 KiB in one directory, 16 threads, 16 KiB appends each
+  followed by fsync, whole-file reads. fio: random 1:1 reads and writes of 16 KiB with fsync after
+  every write (fsync=1); no delete/create churn.
+- webserver: 1,000 files of 16 KiB (meandirwidth 20), 100 threads each reading ten whole files, then
+  appending 16 KiB to one shared log. fio: random whole-file reads by 100 threads, and a log appender
+  with a tenth as many threads; the 10:1 ratio holds in thread count, not exactly in operations.
+- oltp ('dbserver'): 10 data files of 10 MiB and a 10 MiB log; 200 shadow processes reading 2 KiB at
+  random, 10 database writers writing 2 KiB at random with O_DSYNC, one log writer writing 256 KiB with
+  O_DSYNC. fio: the same three groups (shadows capped at 50 threads), with psync instead of Filebench's
+  asynchronous writes and without the shadows' CPU think time or the semaphores that pace the writers.
+
+Every fio job uses buffered I/O, like Filebench's personalities (directio=0), so the file system's page
+cache behaviour is part of what is measured; a measurement records its engine, and fio operations per
+second are not Filebench operations per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Personality:
+    name: str
+    nfiles: int
+    meandirwidth: int
+    filesize: int  # mean, bytes
+    nthreads: int
+    iosize: int
+    meanappendsize: int = 16 * KIB
+
+    def scaled(self, fileset_bytes: int) -> Personality:
+        """The same personality with files small enough that the fileset fits ``fileset_bytes``.
+        The number of files is kept: Filebench's fileserver stops early ("could not obtain a file")
+        when its 50 threads share too few files (2,048 fail, 5,000 run)."""
+        if self.name == "oltp":
+            return self  # 10 x 10 MiB data files and a 10 MiB log: 110 MiB
+        return replace(self, filesize=min(self.filesize, max(4 * KIB, fileset_bytes // self.nfiles // KIB * KIB)))
+
+    @property
+    def fileset_bytes(self) -> int:
+        return (OLTP_DATAFILES + 1) * OLTP_FILESIZE if self.name == "oltp" else self.nfiles * self.filesize
+
+
+OLTP_DATAFILES, OLTP_FILESIZE = 10, 10 * MIB
+OLTP_SHADOWS, OLTP_DBWRITERS, OLTP_IOSIZE, OLTP_LOGIOSIZE = 200, 10, 2 * KIB, 256 * KIB
+FIO_MAX_THREADS = 50  # fio runs one thread per job; more than this only measures the host's scheduler
+APPEND_BYTES = 64 * MIB  # what an appending job may add in a run (fio wraps around at the end)
+
+PERSONALITIES = {
+    "fileserver": Personality("fileserver", 10_000, 20, 128 * KIB, 50, MIB),
+    "varmail": Personality("varmail", 1_000, 1_000_000, 16 * KIB, 16, MIB),
+    "webserver": Personality("webserver", 1_000, 20, 16 * KIB, 100, MIB),
+    "oltp": Personality("oltp", OLTP_DATAFILES, 1024, OLTP_FILESIZE, OLTP_SHADOWS, OLTP_IOSIZE),
+}
+
+
+def personality(name: str, fileset_bytes: int) -> Personality:
+    try:
+        return PERSONALITIES[name].scaled(fileset_bytes)
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; known: {', '.join(PERSONALITIES)}") from None
+
+
+# --- fio -------------------------------------------------------------------------------------------
+def fio_job(p: Personality, directory: str, runtime_s: float, seed: int) -> str:
+    """An fio job file approximating the personality (see the module docstring)."""
+    head = [
+        "[global]", f"directory={directory}", "ioengine=psync", "thread", "time_based", f"runtime={runtime_s:g}s",
+        f"randseed={seed}", "group_reporting", "",
+    ]
+    low, high = max(4 * KIB, p.filesize // 2), p.filesize * 3 // 2
+    block = max(4 * KIB, low // (4 * KIB) * 4 * KIB)  # fio refuses blocks larger than a file
+    if p.name == "fileserver":
+        threads = min(p.nthreads, FIO_MAX_THREADS)
+        per_job = max(1, p.nfiles // threads)
+        jobs = [
+            _section("wholefile", rw="rw", rwmixread=50, bs=min(p.iosize, block), nrfiles=per_job,
+                     filesize=f"{low}-{high}", file_service_type="random", numjobs=threads),
+            _section("append", rw="write", bs=p.meanappendsize, size=f"{APPEND_BYTES}", file_append=1,
+                     nrfiles=max(1, per_job // 4), file_service_type="random", numjobs=max(1, threads // 5)),
+        ]
+    elif p.name == "varmail":
+        jobs = [_section("mail", rw="randrw", rwmixread=50, bs=min(p.meanappendsize, block),
+                         nrfiles=max(1, p.nfiles // p.nthreads), filesize=f"{low}-{high}", fsync=1,
+                         file_service_type="random", numjobs=p.nthreads)]
+    elif p.name == "webserver":
+        threads = min(p.nthreads, FIO_MAX_THREADS)
+        jobs = [
+            _section("pages", rw="randread", bs=block, nrfiles=max(1, p.nfiles // threads),
+                     filesize=f"{low}-{high}", file_service_type="random", numjobs=threads),
+            _section("log", rw="write", bs=p.meanappendsize, filename="weblog", size=f"{APPEND_BYTES}",
+                     file_append=1, numjobs=max(1, threads // 10)),
+        ]
+    elif p.name == "oltp":
+        data = ":".join(f"datafile{i}" for i in range(OLTP_DATAFILES))
+        jobs = [
+            _section("shadow", rw="randread", bs=OLTP_IOSIZE, filename=data, filesize=OLTP_FILESIZE,
+                     numjobs=min(OLTP_SHADOWS, FIO_MAX_THREADS)),
+            _section("dbwr", rw="randwrite", bs=OLTP_IOSIZE, filename=data, filesize=OLTP_FILESIZE, sync="dsync",
+                     numjobs=OLTP_DBWRITERS),
+            _section("lgwr", rw="write", bs=OLTP_LOGIOSIZE, filename="logfile", filesize=OLTP_FILESIZE, sync="dsync",
+                     numjobs=1),
+        ]
+    else:
+        raise ValueError(f"no fio job for {p.name!r}")
+    return "\n".join(head + [line for job in jobs for line in job])
+
+
+def _section(name: str, **options: object) -> list[str]:
+    return [f"[{name}]", *(f"{k}={v}" for k, v in options.items()), ""]
+
+
+# --- Filebench ---------------------------------------------------------------------------------------
+def filebench_wml(p: Personality, directory: str, runtime_s: float) -> str:
+    """The personality as Filebench WML, from Filebench's own workload file with our parameters."""
+    common = (
+        f"set $dir={directory}\nset $nfiles={p.nfiles}\nset $meandirwidth={p.meandirwidth}\n"
+        f"set $filesize=cvar(type=cvar-gamma,parameters=mean:{p.filesize};gamma:1.5)\n"
+        f"set $nthreads={p.nthreads}\nset $iosize={p.iosize}\nset $meanappendsize={p.meanappendsize}\n"
+    )
+    body = _WML[p.name]
+    return f"{common}{body}\nrun {int(runtime_s)}\n"
+
+
+_WML = {
+    "fileserver": """define fileset name=bigfileset,path=$dir,size=$filesize,entries=$nfiles,dirwidth=$meandirwidth,prealloc=80
+define process name=filereader,instances=1
+{
+  thread name=filereaderthread,memsize=10m,instances=$nthreads
+  {
+    flowop createfile name=createfile1,filesetname=bigfileset,fd=1
+    flowop writewholefile name=wrtfile1,srcfd=1,fd=1,iosize=$iosize
+    flowop closefile name=closefile1,fd=1
+    flowop openfile name=openfile1,filesetname=bigfileset,fd=1
+    flowop appendfilerand name=appendfilerand1,iosize=$meanappendsize,fd=1
+    flowop closefile name=closefile2,fd=1
+    flowop openfile name=openfile2,filesetname=bigfileset,fd=1
+    flowop readwholefile name=readfile1,fd=1,iosize=$iosize
+    flowop closefile name=closefile3,fd=1
+    flowop deletefile name=deletefile1,filesetname=bigfileset
+    flowop statfile name=statfile1,filesetname=bigfileset
+  }
+}""",
+    "varmail": """define fileset name=bigfileset,path=$dir,size=$filesize,entries=$nfiles,dirwidth=$meandirwidth,prealloc=80
+define process name=filereader,instances=1
+{
+  thread name=filereaderthread,memsize=10m,instances=$nthreads
+  {
+    flowop deletefile name=deletefile1,filesetname=bigfileset
+    flowop createfile name=createfile2,filesetname=bigfileset,fd=1
+    flowop appendfilerand name=appendfilerand2,iosize=$meanappendsize,fd=1
+    flowop fsync name=fsyncfile2,fd=1
+    flowop closefile name=closefile2,fd=1
+    flowop openfile name=openfile3,filesetname=bigfileset,fd=1
+    flowop readwholefile name=readfile3,fd=1,iosize=$iosize
+    flowop appendfilerand name=appendfilerand3,iosize=$meanappendsize,fd=1
+    flowop fsync name=fsyncfile3,fd=1
+    flowop closefile name=closefile3,fd=1
+    flowop openfile name=openfile4,filesetname=bigfileset,fd=1
+    flowop readwholefile name=readfile4,fd=1,iosize=$iosize
+    flowop closefile name=closefile4,fd=1
+  }
+}""",
+    "webserver": """define fileset name=bigfileset,path=$dir,size=$filesize,entries=$nfiles,dirwidth=$meandirwidth,prealloc=100,readonly
+define fileset name=logfiles,path=$dir,size=$filesize,entries=1,dirwidth=$meandirwidth,prealloc
+define process name=filereader,instances=1
+{
+  thread name=filereaderthread,memsize=10m,instances=$nthreads
+  {
+""" + "".join(
+        f"    flowop openfile name=openfile{i},filesetname=bigfileset,fd=1\n"
+        f"    flowop readwholefile name=readfile{i},fd=1,iosize=$iosize\n"
+        f"    flowop closefile name=closefile{i},fd=1\n"
+        for i in range(1, 11)
+    ) + """    flowop appendfilerand name=appendlog,filesetname=logfiles,iosize=$meanappendsize,fd=2
+  }
+}""",
+    "oltp": f"""set $eventrate=0
+eventgen rate = $eventrate
+define fileset name=datafiles,path=$dir,size={OLTP_FILESIZE},entries={OLTP_DATAFILES},dirwidth=1024,prealloc=100,reuse
+define fileset name=logfile,path=$dir,size={OLTP_FILESIZE},entries=1,dirwidth=1024,prealloc=100,reuse
+define process name=lgwr,instances=1
+{{
+  thread name=lgwr,memsize=1m,useism
+  {{
+    flowop aiowrite name=lg-write,filesetname=logfile,iosize={OLTP_LOGIOSIZE},random,directio=0,dsync
+    flowop aiowait name=lg-aiowait
+    flowop semblock name=lg-block,value=3200,highwater=1000
+  }}
+}}
+define process name=dbwr,instances={OLTP_DBWRITERS}
+{{
+  thread name=dbwr,memsize=1m,useism
+  {{
+    flowop aiowrite name=dbwrite-a,filesetname=datafiles,iosize={OLTP_IOSIZE},workingset=0,random,iters=100,opennext,directio=0,dsync
+    flowop hog name=dbwr-hog,value=10000
+    flowop semblock name=dbwr-block,value=1000,highwater=2000
+    flowop aiowait name=dbwr-aiowait
+  }}
+}}
+define process name=shadow,instances={OLTP_SHADOWS}
+{{
+  thread name=shadow,memsize=1m,useism
+  {{
+    flowop read name=shadowread,filesetname=datafiles,iosize={OLTP_IOSIZE},workingset=0,random,opennext,directio=0
+    flowop hog name=shadowhog,value=200000
+    flowop sempost name=shadow-post-lg,value=1,target=lg-block,blocking
+    flowop sempost name=shadow-post-dbwr,value=1,target=dbwr-block,blocking
+    flowop eventlimit name=random-rate
+  }}
+}}""",
+}

@@ -1,0 +1,222 @@
+"""Measures a storage configuration for real: mkfs, mount, queue settings, a benchmark, teardown.
+
+Each run builds the file system afresh on the device (a loop device over a sparse file by default,
+or an allow-listed block device), mounts it with the configuration's options, sets the I/O
+scheduler and queue through sysfs, drops the page cache, runs the personality with fio or
+Filebench, and always tears down: unmount, restore the queue settings, and at close detach the
+loop device. Each step is written to a setup log first, so that the next start reaps what a
+SIGKILL left behind. A combination the tools or the kernel refuse is INVALID with their words;
+a crashed benchmark is FAILED; an overrun is TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import platform
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from runners.base import Direction, Measurement, Status, Workload
+from runners.device.engines import ENGINES, EngineOutputError, engine_env, engine_version, run_filebench, run_fio
+from runners.device.filesystems import MKFS, build
+from runners.device.personalities import MIB, personality
+from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
+from runners.device.state import SetupLog, is_mounted, reap
+from runners.device.target import (
+    DeviceError,
+    RefusedSetting,
+    Target,
+    apply_queue,
+    close_loop,
+    current_queue_value,
+    open_block,
+    open_loop,
+    require,
+    restore_queue,
+)
+from search_spaces import Config, InvalidConfig, load_space
+
+logger = logging.getLogger(__name__)
+SETUP_TIMEOUT_S = 300  # mkfs, mount and fio's file layout on a slow disk
+ASLR = Path("/proc/sys/kernel/randomize_va_space")
+
+
+class DeviceRunner:
+    name: ClassVar[str] = "device"
+
+    def __init__(
+        self,
+        space: str = "storage_v2",
+        workload: str = "fileserver",
+        device: str = "loop",
+        allow_device: Sequence[str] = (),
+        engine: str = "fio",
+        runtime_s: float = 10.0,
+        timeout_s: float | None = None,
+        loop_dir: str = "/var/tmp/storetune",
+        loop_size_mib: int = 1024,
+        fileset_mib: int = 256,
+        dry_run: bool = False,
+        echo: Callable[[str], None] = print,
+    ):
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+        self.space = load_space(space)
+        if "fs" not in self.space:
+            raise ValueError(f"the device runner measures file-system spaces (storage_v1/v2), not {space!r}")
+        self.personality = personality(workload, fileset_mib * MIB)
+        self.engine, self.runtime_s = engine, runtime_s
+        self.timeout_s = timeout_s or runtime_s * 3 + SETUP_TIMEOUT_S
+        self.device_arg, self.allow, self.loop_dir = device, list(allow_device), Path(loop_dir)
+        self.loop_size_mib, self.fileset_mib, self.dry_run = loop_size_mib, fileset_mib, dry_run
+        self.log = SetupLog(dry_run=dry_run)
+        self.shell: Shell = DryRunShell(echo) if dry_run else Shell(self.log)
+        self._target: Target | None = None
+        self._settings = dict(space=space, workload=workload, device=device, allow_device=list(allow_device),
+                              engine=engine, runtime_s=runtime_s, timeout_s=timeout_s, loop_dir=loop_dir,
+                              loop_size_mib=loop_size_mib, fileset_mib=fileset_mib)
+        if not dry_run:
+            self._check_prerequisites()
+            for line in reap(self.shell):
+                logger.warning("cleaned up after a runner that was killed: %s", line)
+            atexit.register(self.close)
+            self.target()  # set the device up now: its errors come before a campaign writes anything
+        self.workload = Workload(engine, workload, {
+            "runtime_s": runtime_s, "fileset_mib": fileset_mib, "nfiles": self.personality.nfiles,
+            "nthreads": self.personality.nthreads, "filesize": self.personality.filesize,
+        })
+        self.device = "loop" if device == "loop" else device
+        self._versions: dict[str, Any] | None = None
+
+    def _check_prerequisites(self) -> None:
+        """Missing tools and privileges fail here, before a campaign writes anything."""
+        if os.geteuid() != 0:
+            raise DeviceError("the device runner needs root (losetup, mkfs, mount, sysfs): run it as root or with sudo")
+        require(self.engine, "fio" if self.engine == "fio" else "filebench (build it from source; it is in no registry)")
+        for tool, package in {*MKFS.values()}:
+            require(tool, package)
+        if self.device_arg == "loop":
+            require("losetup", "mount")
+        else:
+            open_block(self.shell, self.device_arg, self.allow)  # refuses unsafe devices now, not mid-campaign
+
+    def metrics(self) -> dict[str, Direction | None]:
+        return {"ops_per_s": "max", "mb_per_s": "max", "lat_mean_us": "min", "lat_p99_us": "min"}
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    # --- one measurement --------------------------------------------------------------------------
+    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+        try:
+            config = self.space.validate(config)
+        except InvalidConfig as e:
+            return Measurement.failed(Status.INVALID, str(e))
+        target = self.target()
+        plan = build(config)
+        env = {**self.environment(), **target.describe(), **engine_env(self.personality, self.engine),
+               "mkfs": " ".join(plan.mkfs), "mount_options": ",".join(plan.mount_options), "seed": seed,
+               "runtime_s": self.runtime_s}
+        if config.get("journal_mode") == "journal":
+            env["note"] = "data=journal turns O_DIRECT into buffered I/O"
+        workdir = self.loop_dir / f"run-{os.getpid()}"
+        mountpoint = workdir / "mnt"
+        started = time.monotonic()
+        timings = env["timings_s"] = {}
+        mounted = queue = None
+        try:
+            if not self.shell.dry_run:
+                mountpoint.mkdir(parents=True, exist_ok=True)
+            mkfs = self.shell.run(plan.mkfs_argv(target.device), check=False, timeout=SETUP_TIMEOUT_S)
+            timings["mkfs"] = round(mkfs.duration_s, 3)
+            if not mkfs.ok:
+                return self._refused(f"{plan.mkfs[0]} refused: {mkfs.tail()}", env, started)
+            mounted = self.log.record("mount", path=str(mountpoint), device=target.device)
+            mount = self.shell.run(plan.mount_argv(target.device, str(mountpoint)), check=False, timeout=60)
+            timings["mount"] = round(mount.duration_s, 3)
+            if not mount.ok:
+                self.log.done(mounted)
+                mounted = None
+                return self._refused(f"mount refused: {mount.tail()}", env, started)
+            queue = apply_queue(self.shell, self.log, target, plan.queue)
+            if not self.shell.dry_run:  # what the kernel says it runs with, not what was asked
+                env["queue"] = {a: current_queue_value(self.shell, target.queue(a)) for a in plan.queue}
+            self.shell.run(["sync"], timeout=SETUP_TIMEOUT_S)
+            self.shell.write("/proc/sys/vm/drop_caches", "3")
+            bench_started = time.monotonic()
+            metrics = self._benchmark(str(mountpoint), workdir, seed)
+            timings["benchmark"] = round(time.monotonic() - bench_started, 3)
+            return Measurement(Status.SUCCEEDED, metrics, env=env, duration_s=time.monotonic() - started)
+        except RefusedSetting as e:
+            queue = None  # apply_queue restored what it had set
+            return self._refused(str(e), env, started)
+        except CommandTimeout as e:
+            return Measurement.failed(Status.TIMEOUT, str(e), env=env, duration_s=time.monotonic() - started)
+        except (CommandFailed, EngineOutputError, OSError) as e:
+            return Measurement.failed(Status.FAILED, str(e), env=env, duration_s=time.monotonic() - started)
+        finally:
+            teardown_started = time.monotonic()
+            if queue:
+                restore_queue(self.shell, self.log, queue)
+            if mounted is not None:
+                self._unmount(str(mountpoint), mounted)
+            timings["teardown"] = round(time.monotonic() - teardown_started, 3)
+
+    def _benchmark(self, mountpoint: str, workdir: Path, seed: int) -> dict[str, float]:
+        if self.engine == "fio":
+            return run_fio(self.shell, self.personality, mountpoint, workdir, self.runtime_s, seed, self.timeout_s)
+        # Filebench's worker processes share memory at fixed addresses: with address-space
+        # randomisation on, they hang after starting. Off for the run, restored after (or reaped).
+        original = self.shell.read(ASLR)
+        entry = self.log.record("sysfs", path=str(ASLR), original=original)
+        try:
+            self.shell.write(ASLR, "0")
+            return run_filebench(self.shell, self.personality, mountpoint, workdir, self.runtime_s, self.timeout_s)
+        finally:
+            self.shell.write(ASLR, original)
+            self.log.done(entry)
+
+    def _refused(self, reason: str, env: dict[str, Any], started: float) -> Measurement:
+        return Measurement.failed(Status.INVALID, reason, env=env, duration_s=time.monotonic() - started)
+
+    def _unmount(self, mountpoint: str, entry: int) -> None:
+        result = self.shell.run(["umount", mountpoint], check=False, timeout=120)
+        if not result.ok and not self.shell.dry_run and is_mounted(mountpoint):
+            self.shell.run(["umount", "-l", mountpoint], check=False, timeout=60)  # a straggler holds it open
+        self.log.done(entry)
+
+    # --- the device -------------------------------------------------------------------------------
+    def target(self) -> Target:
+        if self._target is None:
+            if self.device_arg == "loop":
+                self._target = open_loop(self.shell, self.log, self.loop_dir, self.loop_size_mib * MIB)
+            else:
+                self._target = open_block(self.shell, self.device_arg, self.allow)
+        return self._target
+
+    def close(self) -> None:
+        """Detach the loop device and remove its file (also called at exit)."""
+        if self._target is not None and self._target.kind == "loop":
+            close_loop(self.shell, self.log, self._target)
+        self._target = None
+        workdir = self.loop_dir / f"run-{os.getpid()}"
+        if not self.shell.dry_run and workdir.exists():
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def environment(self) -> dict[str, Any]:
+        """Kernel and tool versions, read once."""
+        if self._versions is None:
+            versions = {"kernel": platform.release(), "host": platform.node()}
+            if not self.shell.dry_run:
+                versions[f"{self.engine}_version"] = engine_version(self.shell, self.engine)
+                for key, argv in (("e2fsprogs", ["mke2fs", "-V"]), ("xfsprogs", ["mkfs.xfs", "-V"]),
+                                  ("btrfs_progs", ["mkfs.btrfs", "--version"])):
+                    result = self.shell.run(argv, check=False, timeout=30)
+                    versions[key] = (result.stdout + result.stderr).strip().splitlines()[0] if result.ok else None
+            self._versions = versions
+        return self._versions
