@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from runners.base import Direction, Status, Workload, guess_direction
-from search_spaces import Config, TableSpace, Value, infer_table_space
+from search_spaces import Config, TableSpace, Value, infer_table_space, load_space
 
 # Columns that describe the setup a row was measured on, not a knob to tune.
 CONTEXT_COLUMNS = ("workload_id", "machine_id", "disk_type", "workload", "device", "machine", "worker_id", "Platform")
@@ -91,7 +91,10 @@ def load_table(
     order = np.argsort(codes, kind="stable")
     starts = np.r_[0, np.cumsum(np.bincount(codes))[:-1]]
     distinct = frame.iloc[order[starts]][config_columns].to_dict("records")
-    space, to_config = infer_table_space(name, config_columns, distinct)
+    if fmt == "long" and manifest.get("space"):
+        space, to_config = _declared_space(manifest["space"], name, config_columns, distinct, paths[0])
+    else:
+        space, to_config = infer_table_space(name, config_columns, distinct)
     values = frame[list(metrics)].to_numpy(dtype=float)[order]
     succeeded = (frame["status"].astype(str) == Status.SUCCEEDED.value).to_numpy()[order] if "status" in frame else None
     repeats: dict[Config, np.ndarray] = {}
@@ -106,6 +109,27 @@ def load_table(
             reason = first.get("reason")
             outcomes[config] = (Status(first["status"]), None if pd.isna(reason) else str(reason))
     return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes)
+
+
+def _declared_space(
+    space_name: str, name: str, columns: list[str], rows: list[dict[str, Any]], path: Path
+) -> tuple[TableSpace, Any]:
+    """The table's configurations in the space its manifest names (a sweep's own data): the space's
+    conditions hold, and an empty cell is a parameter that does not apply."""
+    declared = load_space(space_name)
+    unknown = [c for c in columns if c not in declared]
+    if unknown:
+        raise DatasetError(f"{path}: columns {unknown} are not parameters of {space_name}")
+
+    def to_config(row: Mapping[str, Any]) -> Config:
+        present = {k: v for k, v in row.items() if not (v is None or (isinstance(v, float) and np.isnan(v)) or v == "")}
+        try:
+            return declared.validate(present)
+        except ValueError as e:
+            raise DatasetError(f"{path}: a configuration outside {space_name}: {e}") from None
+
+    members = [to_config(r) for r in rows]
+    return TableSpace(name, declared.parameters, members, f"{space_name}, as measured in {name}"), to_config
 
 
 def _expand(sources: str | Path | Sequence[str | Path]) -> list[Path]:

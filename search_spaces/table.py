@@ -66,12 +66,12 @@ class TableSpace(SearchSpace):
         """One-parameter moves; a move to a configuration absent from the table lands on the
         nearest present one (squared distance of the encodings), so moves never leave the table."""
         base = self.validate(config)
-        moves = [base.replace(**{name: v}) for name, value in base.items() for v in self[name].steps(value)]
-        return self._land(moves, exclude={base})
+        moves = [self._resolve({**base, name: v}) for name, value in base.items() for v in self[name].steps(value)]
+        return self._land([m for m in moves if m is not None], exclude={base})
 
     def repair(self, values: Mapping[str, Any]) -> Config | None:
-        """The present configuration nearest to ``values``."""
-        config = Config({p.name: values.get(p.name, p.default) for p in self.parameters})
+        """The present configuration nearest to ``values`` (conditions resolved first)."""
+        config = self._resolve(values) or Config(values)
         return config if config in self._index else self._land([config], exclude=set())[0]
 
     def nearest(self, config: Mapping[str, Any], exclude: set[Config] = frozenset()) -> Config | None:

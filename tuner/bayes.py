@@ -41,6 +41,7 @@ class Params:
     xi: float = 0.0  # extra exploration of EI and PI (plain EI: measured best on BDBC, see README)
     kappa: float = 1.96  # exploration of LCB
     refit_growth: float = 1.25
+    random_fraction: float = 0.0  # share of asks answered by a random candidate (SMAC's interleaving)
 
 
 class BayesianOptimization(Tuner):
@@ -109,7 +110,8 @@ class BayesianOptimization(Tuner):
         candidates, X = self._candidates()
         if not candidates:
             return []
-        if not self._optimizer.models:  # still drawing the initial random points
+        explore = self.params.random_fraction > 0 and self.rng.random() < self.params.random_fraction
+        if not self._optimizer.models or explore:  # the initial random points, or an interleaved one
             picks = self.rng.choice(len(candidates), size=min(n, len(candidates)), replace=False)
             return [candidates[i] for i in picks]
         score = self._acquisition(X)

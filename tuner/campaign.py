@@ -164,6 +164,8 @@ class Campaign:
             history.mark_stale(rec.id, STALE_REASON)
             history.finish_campaign(rec.id, "interrupted", f"interrupted; resume with --resume {rec.id}")
             raise
+        finally:
+            self.runner.close()
         history.finish_campaign(rec.id, "finished", outcome.note)
         return self.summary()
 

@@ -21,7 +21,12 @@ ALGORITHMS: dict[str, str] = {
     "ga": "tuner.genetic:GeneticAlgorithm",
     "bo": "tuner.bayes:BayesianOptimization",
     "dqn": "tuner.dqn:DeepQNetwork",
+    "grid": "tuner.grid:GridSearch",  # a fixed stratified sample, for sweeps
 }
+
+
+# The search algorithms (the contract suite and `compare` default to these; a grid does not search).
+SEARCH_ALGORITHMS = ("random", "sa", "ga", "bo", "dqn")
 
 
 def register(name: str, target: str) -> None:

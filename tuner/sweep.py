@@ -1,0 +1,174 @@
+"""Sweeps: a fixed grid of configurations measured on a device for several workloads, written out
+as a dataset in the long format the dataset runner replays, with a manifest of how, where and when.
+
+Each workload is one campaign (algorithm ``grid``) in the history, so a sweep resumes like any
+campaign: run the same command again. The manifest names the campaigns; the dataset is exported
+from the history once every campaign has finished.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from runners import Status
+from search_spaces import load_space
+from tuner.campaign import Campaign, CampaignSpec
+from tuner.grid import GridSearch
+from tuner.history import History
+from tuner.loop import TrialResult
+
+METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_mb_per_s", "write_mb_per_s",
+           "lat_mean_us", "lat_p99_us", "lat_p999_us", "read_lat_mean_us", "read_lat_p99_us", "write_lat_mean_us",
+           "write_lat_p99_us")
+DIRECTIONS = {m: ("min" if "lat" in m else "max") for m in METRICS}
+MEASUREMENTS = "measurements.csv"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    out: Path
+    workloads: tuple[str, ...] = ("fileserver", "varmail", "webserver", "oltp")
+    space: str = "storage_v2"
+    device: str = "loop"
+    allow_device: tuple[str, ...] = ()
+    engine: str = "fio"
+    runtime_s: float = 8.0
+    repeats: int = 2
+    per_stratum: int = 3
+    seed: int = 0
+    loop_dir: str = "/var/tmp/storetune"
+    loop_size_mib: int = 1024
+    fileset_mib: int = 256
+    command: list[str] = field(default_factory=list)  # how it was invoked, for the manifest
+
+    def settings(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("out", "command"):
+            d.pop(key)
+        d["workloads"], d["allow_device"] = list(self.workloads), list(self.allow_device)
+        return d
+
+    def runner_settings(self, workload: str) -> dict[str, Any]:
+        return dict(space=self.space, workload=workload, device=self.device, allow_device=list(self.allow_device),
+                    engine=self.engine, runtime_s=self.runtime_s, loop_dir=self.loop_dir,
+                    loop_size_mib=self.loop_size_mib, fileset_mib=self.fileset_mib)
+
+
+def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult], None] | None = None,
+              on_campaign: Callable[[str, Campaign], None] | None = None) -> Path:
+    """Measure (or finish measuring) the sweep, then export it; returns the manifest's path."""
+    path = spec.out / "manifest.json"
+    manifest = json.loads(path.read_text()) if path.exists() else {}
+    if manifest and manifest.get("settings") != spec.settings():
+        raise ValueError(f"{spec.out} holds a sweep with other settings ({manifest.get('settings')}); "
+                         "choose another --out, or repeat that sweep's settings to resume it")
+    manifest.setdefault("settings", spec.settings())
+    manifest.setdefault("started_at", _now())
+    manifest.setdefault("campaigns", {})
+    manifest["database"] = history.url
+    spec.out.mkdir(parents=True, exist_ok=True)
+    grid = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
+                      params={"per_stratum": spec.per_stratum}).grid
+    for workload in spec.workloads:
+        known = manifest["campaigns"].get(workload)
+        if known is None:
+            campaign = Campaign.create(history, CampaignSpec(
+                runner="device", runner_settings=spec.runner_settings(workload), algorithm="grid",
+                algorithm_params={"per_stratum": spec.per_stratum}, metric="ops_per_s", direction="max",
+                budget=len(grid), seed=spec.seed, repeats=spec.repeats))
+            manifest["campaigns"][workload] = campaign.id
+            _save(path, manifest)
+        else:
+            campaign = Campaign.resume(history, known)
+        if on_campaign is not None:
+            on_campaign(workload, campaign)
+        campaign.run(on_trial)
+    return export(history, spec, manifest)
+
+
+def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
+    """measurements.csv in the long format, and the manifest of how, where and when."""
+    space = load_space(spec.space)
+    rows, measured_s, env, valid = [], 0.0, {}, set()
+    for workload, campaign_id in manifest["campaigns"].items():
+        for t in history.trials(campaign_id, measurements=True):
+            if t.status == Status.STALE.value:
+                continue
+            if t.started_at and t.finished_at:
+                measured_s += (t.finished_at - t.started_at).total_seconds()
+            if t.status == Status.SUCCEEDED.value:
+                valid.add(t.config_hash)
+            for repeat, m in enumerate(t.measurements):
+                env = env or dict(m.env)
+                rows.append([workload, *(t.config.get(p.name, "") for p in space.parameters), repeat, m.status,
+                             m.reason or "", *(_cell(m.metrics.get(k)) for k in METRICS)])
+    with open(spec.out / MEASUREMENTS, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["workload", *space.names, "repeat", "status", "reason", *METRICS])
+        writer.writerows(rows)
+    manifest.update({
+        "format": "long",
+        "files": [MEASUREMENTS],
+        "space": spec.space,
+        "workloads": list(spec.workloads),
+        "metrics": DIRECTIONS,
+        "context": ["workload"],
+        "finished_at": _now(),
+        "measured_wall_time_s": round(measured_s, 1),
+        "rows": len(rows),
+        "valid_configurations": len(valid),
+        "how": {
+            "command": " ".join(spec.command), "engine": spec.engine, "runtime_s": spec.runtime_s,
+            "repeats": spec.repeats, "grid": f"{spec.per_stratum} configurations per file system x I/O scheduler "
+            f"pair, seed {spec.seed}", "fileset_mib": spec.fileset_mib, "page_cache": "dropped before every run",
+            "mkfs": "ext3/ext4 with lazy_itable_init=0,lazy_journal_init=0",
+        },
+        "where": {
+            "host": platform.node(), "kernel": platform.release(), "machine": platform.machine(),
+            "cpu": _cpu_model(), "device": env.get("device_kind"), "device_size_bytes": env.get("device_size_bytes"),
+            "loop_direct_io": env.get("loop_direct_io"), "loop_backing_fs": env.get("loop_backing_fs"),
+            "tools": {k: env.get(k) for k in ("fio_version", "filebench_version", "e2fsprogs", "xfsprogs",
+                                              "btrfs_progs") if env.get(k)},
+        },
+    })
+    path = spec.out / "manifest.json"
+    _save(path, manifest)
+    return path
+
+
+def _save(path: Path, manifest: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def workloads_of(text: str, known: Sequence[str]) -> tuple[str, ...]:
+    names = tuple(w.strip() for w in text.split(",") if w.strip())
+    unknown = [w for w in names if w not in known]
+    if unknown or not names:
+        raise ValueError(f"unknown workload {unknown[0] if unknown else '(none)'!r}; known: {', '.join(known)}")
+    return names
