@@ -5,10 +5,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared
 DEMO_DB ?= results/demo.sqlite
-# Debian packages the test suite needs: a real PostgreSQL for the PostgreSQL history path.
-APT_TEST := postgresql
+# Debian packages of the device runner: fio and the mkfs tools.
+APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs
+# Debian packages the test suite needs: those, and a real PostgreSQL for the PostgreSQL history path.
+APT_TEST := postgresql $(APT_DEVICES)
 
-.PHONY: setup demo test test-fast apt clean
+.PHONY: setup setup-devices demo test test-fast apt clean
 
 setup: $(VENV)/.installed
 
@@ -20,6 +22,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[rl,test]'
 	@touch $@
+
+setup-devices: setup
+	@$(MAKE) --no-print-directory apt PKGS="$(APT_DEVICES)"
 
 # Install the Debian packages in PKGS that are missing (as root; CI runs as root).
 apt:
@@ -35,7 +40,7 @@ test: setup
 	$(BIN)/pytest
 
 test-fast: setup
-	$(BIN)/pytest -m "not slow and not postgres"
+	$(BIN)/pytest -m "not slow and not postgres and not device"
 
 # The embedded default: the project's own measured dataset once there is one, else a public table.
 demo: setup

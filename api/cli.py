@@ -5,19 +5,21 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from api import render
 from api.export import write_comparison
 from api.progress import CampaignProgress, ComparisonProgress
 from api.settings import Settings
-from runners import RUNNERS, make_runner
+from runners import RUNNERS, Status, make_runner
 from search_spaces import Config, format_config, list_spaces, load_space
-from tuner import ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, History, best_trial
+from tuner import ALGORITHMS, SEARCH_ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, History, best_trial
 from tuner.analysis import table_rank
 from tuner.campaign import WARM_STARTS
 
@@ -67,8 +69,29 @@ def _pairs(items: list[str], option: str) -> dict[str, str]:
     return pairs
 
 
+@dataclass(frozen=True)
+class DeviceOptions:
+    """The tune options of the device runner."""
+
+    device: str = "loop"
+    allow_device: tuple[str, ...] = ()
+    workload: str = "fileserver"
+    engine: str = "fio"
+    runtime: float = 10.0
+    loop_dir: str = "/var/tmp/storetune"
+    loop_size_mib: int = 1024
+    fileset_mib: int = 256
+
+    def settings(self, space: str | None, timeout: float | None) -> dict[str, Any]:
+        return dict(space=space or "storage_v2", workload=self.workload, device=self.device,
+                    allow_device=list(self.allow_device), engine=self.engine, runtime_s=self.runtime,
+                    timeout_s=timeout, loop_dir=self.loop_dir, loop_size_mib=self.loop_size_mib,
+                    fileset_mib=self.fileset_mib)
+
+
 def _runner_settings(runner: str, dataset: list[Path], context: list[str], space: str | None,
-                     command: str | None, timeout: float, metric: str | None) -> dict[str, Any]:
+                     command: str | None, timeout: float | None, metric: str | None,
+                     device: DeviceOptions | None = None) -> dict[str, Any]:
     if runner == "dataset":
         if not dataset:
             raise UserError("--runner dataset needs --dataset PATH (a CSV table or a folder of them)")
@@ -76,7 +99,9 @@ def _runner_settings(runner: str, dataset: list[Path], context: list[str], space
     if runner == "command":
         if not command or not space:
             raise UserError("--runner command needs --command 'CMD ...' and --space NAME")
-        return {"command": command, "space": space, "timeout_s": timeout}
+        return {"command": command, "space": space, "timeout_s": timeout or 3600.0}
+    if runner == "device":
+        return (device or DeviceOptions()).settings(space, timeout)
     raise UserError(f"unknown runner {runner!r}; known: {', '.join(RUNNERS)}")
 
 
@@ -87,7 +112,18 @@ def tune(
     context: Annotated[list[str], typer.Option(help="Pin a setup column, e.g. workload_id=4.")] = [],  # noqa: B006
     space: Annotated[Optional[str], typer.Option(help="Search space (command runner).")] = None,
     command: Annotated[Optional[str], typer.Option(help="Benchmark command (command runner).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds before a run counts as TIMEOUT.")] = 3600.0,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds before a run counts as TIMEOUT.")] = None,
+    device: Annotated[str, typer.Option(help="Device runner: 'loop' (a loop device StoreTune creates) or a "
+                                             "block device named with --allow-device.")] = "loop",
+    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may format.")] = [],  # noqa: B006
+    workload: Annotated[str, typer.Option(help="Device runner: fileserver, varmail, webserver or oltp.")] = "fileserver",
+    engine: Annotated[str, typer.Option(help="Device runner: fio, or filebench if it is on PATH.")] = "fio",
+    runtime: Annotated[float, typer.Option(help="Device runner: seconds each benchmark runs.")] = 10.0,
+    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
+    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
+    fileset_mib: Annotated[int, typer.Option(help="Largest fileset a personality lays out.")] = 256,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands of the first evaluations; "
+                                                             "run and record nothing.")] = False,
     algorithm: Annotated[str, typer.Option(help=f"Search algorithm: {', '.join(ALGORITHMS)}.")] = "random",
     param: Annotated[list[str], typer.Option(help="Algorithm hyperparameter, name=value.")] = [],  # noqa: B006
     budget: Annotated[int, typer.Option(help="Evaluations to spend.")] = 50,
@@ -102,11 +138,16 @@ def tune(
     as_json: JsonOption = False,
 ) -> None:
     """Run a tuning campaign, or resume one."""
+    options = DeviceOptions(device, tuple(allow_device), workload, engine, runtime, loop_dir, loop_size_mib, fileset_mib)
+    if dry_run:
+        _dry_run(runner, _runner_settings(runner, dataset, context, space, command, timeout, metric, options),
+                 algorithm, _pairs(param, "--param"), budget, seed)
+        return
     history = _history(db)
     if resume is not None:
         campaign = Campaign.resume(history, resume)
     else:
-        settings = _runner_settings(runner, dataset, context, space, command, timeout, metric)
+        settings = _runner_settings(runner, dataset, context, space, command, timeout, metric, options)
         spec = CampaignSpec(
             runner=runner,
             runner_settings=settings,
@@ -128,6 +169,35 @@ def tune(
     _print_summary(summary, as_json)
 
 
+DRY_RUN_EVALUATIONS = 3
+
+
+def _literal(line: str) -> None:
+    """Print a command as it is (job files have [sections] that rich would take for markup)."""
+    console.print(line, markup=False, highlight=False)
+
+
+def _dry_run(runner_name: str, settings: dict[str, Any], algorithm: str, params: dict[str, str], budget: int,
+             seed: int) -> None:
+    """Print the commands of the first evaluations a campaign would make. Nothing is run or recorded."""
+    from runners import runner_class
+    from tuner import make_tuner
+
+    cls = runner_class(runner_name)
+    if "dry_run" not in cls.__init__.__code__.co_varnames:
+        raise UserError(f"--dry-run is for the device runner; the {runner_name} runner changes nothing anyway")
+    runner = cls(**settings, dry_run=True, echo=_literal)
+    tuner = make_tuner(algorithm, runner.space, seed=seed, direction="max", params=params)
+    for k, config in enumerate(tuner.ask(min(budget, DRY_RUN_EVALUATIONS)), start=1):
+        console.print(f"[bold]# evaluation {k}: {escape(format_config(config))}[/]")
+        runner.run(config, runner.workload, seed=seed)
+        tuner.tell(config, None, Status.FAILED)
+    console.print("[bold]# teardown[/]")
+    runner.close()
+    console.print(f"dry run: the commands of the first {min(budget, DRY_RUN_EVALUATIONS)} of {budget} evaluations; "
+                  "nothing was run or recorded")
+
+
 def _print_summary(summary: CampaignSummary, as_json: bool) -> None:
     if as_json:
         print(json.dumps(summary.to_dict(), default=str))
@@ -140,7 +210,7 @@ def _print_summary(summary: CampaignSummary, as_json: bool) -> None:
 def compare(
     dataset: Annotated[list[Path], typer.Option(help="The exhaustive table(s) to replay.")],
     algorithms: Annotated[str, typer.Option(help="Comma-separated, with hyperparameters as ga:mutation_rate=0.05.")]
-    = ",".join(ALGORITHMS),
+    = ",".join(SEARCH_ALGORITHMS),
     seeds: Annotated[int, typer.Option(help="Seeded campaigns per algorithm.")] = 100,
     budget: Annotated[int, typer.Option(help="Evaluations per campaign.")] = 200,
     within: Annotated[float, typer.Option(help="Near-optimal: within this fraction of the table's best mean.")] = 0.99,
@@ -177,6 +247,86 @@ def compare(
         print(json.dumps(results))
         return
     console.print(render.comparison_table(results))
+
+
+@app.command()
+def replay(
+    trace: Annotated[Path, typer.Option(help="An MSR or FlashNet trace.")],
+    out: Annotated[Path, typer.Option(help="Where to write the replay, in the 7-column FlashNet format.")],
+    fmt: Annotated[Optional[str], typer.Option("--format", help="msr, msr-csv or flashnet (default: detected).")] = None,
+    device: Annotated[str, typer.Option(help="'loop', or a block device named with --allow-device.")] = "loop",
+    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may overwrite.")] = [],  # noqa: B006
+    speed: Annotated[float, typer.Option(help="Replay at this multiple of the trace's pace; 0: as fast as possible.")]
+    = 1.0,
+    queue_depth: Annotated[int, typer.Option(help="I/Os in flight at most.")] = 32,
+    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
+    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be done; touch nothing.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay a block trace on a device with O_DIRECT and record every I/O's latency."""
+    from runners.device.replay import replay_on_device
+    from runners.traces import read_trace, write_flashnet
+
+    loaded = read_trace(trace, fmt)
+    result = replay_on_device(loaded, device=device, allow_device=allow_device, loop_dir=loop_dir,
+                              loop_size_mib=loop_size_mib, speed=speed, queue_depth=queue_depth, dry_run=dry_run,
+                              echo=_literal)
+    if result is None:
+        return
+    write_flashnet(out, result.trace)
+    summary = {**result.summary(), "trace": str(trace), "out": str(out), "device": device,
+               "speed": speed, "queue_depth": queue_depth}
+    if as_json:
+        print(json.dumps(summary))
+        return
+    if result.wrapped:
+        console.print(f"{result.wrapped} of {len(loaded)} offsets lay beyond the device and were wrapped modulo its size")
+    console.print(f"replayed {summary['ios']} I/Os in {summary['duration_s']} s: mean latency "
+                  f"{summary['latency_mean_us']:.0f} us, p99 {summary['latency_p99_us']:.0f} us -> {out}")
+
+
+@app.command()
+def sweep(
+    out: Annotated[Path, typer.Option(help="The dataset folder, e.g. datasets/loop-storage-v2.")],
+    space: Annotated[str, typer.Option(help="The space to sample.")] = "storage_v2",
+    workloads: Annotated[str, typer.Option(help="Comma-separated personalities.")] = "fileserver,varmail,webserver,oltp",
+    device: Annotated[str, typer.Option(help="'loop', or a block device named with --allow-device.")] = "loop",
+    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may format.")] = [],  # noqa: B006
+    engine: Annotated[str, typer.Option(help="fio, or filebench if it is on PATH.")] = "fio",
+    runtime: Annotated[float, typer.Option(help="Seconds each benchmark runs.")] = 8.0,
+    repeats: Annotated[int, typer.Option(help="Measurements per configuration and workload.")] = 2,
+    per_stratum: Annotated[int, typer.Option(help="Configurations per file system x I/O scheduler pair.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the grid and of fio.")] = 0,
+    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
+    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
+    fileset_mib: Annotated[int, typer.Option(help="Largest fileset a personality lays out.")] = 256,
+    db: DbOption = None,
+) -> None:
+    """Measure a grid of configurations for several workloads and write it as a dataset (resumable)."""
+    from runners.device.personalities import PERSONALITIES
+    from tuner.sweep import SweepSpec, run_sweep, workloads_of
+
+    spec = SweepSpec(out=out, workloads=workloads_of(workloads, list(PERSONALITIES)), space=space, device=device,
+                     allow_device=tuple(allow_device), engine=engine, runtime_s=runtime, repeats=repeats,
+                     per_stratum=per_stratum, seed=seed, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
+                     fileset_mib=fileset_mib, command=["storetune", *sys.argv[1:]])
+    history = _history(db)
+    state: dict[str, Any] = {}
+
+    def started(workload: str, campaign: Campaign) -> None:
+        if state.get("progress"):
+            state["progress"].__exit__(None, None, None)
+        done = campaign.summary().evaluated
+        title = f"sweep {workload} (campaign {campaign.id})"
+        state["progress"] = CampaignProgress(err, title, campaign.record.budget, done).__enter__()
+
+    try:
+        manifest = run_sweep(history, spec, on_trial=lambda r: state["progress"].update(r), on_campaign=started)
+    finally:
+        if state.get("progress"):
+            state["progress"].__exit__(None, None, None)
+    console.print(f"dataset: {manifest.parent / 'measurements.csv'}  manifest: {manifest}")
 
 
 @app.command()

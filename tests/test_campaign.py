@@ -82,7 +82,7 @@ class FlakyRunner:
     def __init__(self, inner, fail_on: dict[int, BaseException]):
         self.inner, self.fail_on, self.calls = inner, fail_on, 0
         self.name, self.space, self.workload = inner.name, inner.space, inner.workload
-        self.metrics, self.settings = inner.metrics, inner.settings
+        self.metrics, self.settings, self.close = inner.metrics, inner.settings, inner.close
 
     def run(self, config, workload, *, seed) -> Measurement:
         self.calls += 1

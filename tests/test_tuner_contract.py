@@ -11,7 +11,7 @@ from conftest import shared
 from runners import Status
 from runners.tables import load_table
 from search_spaces import InvalidConfig, load_space
-from tuner import ALGORITHMS, make_tuner
+from tuner import SEARCH_ALGORITHMS, make_tuner
 
 SPACES = {
     "storage_v1": lambda: load_space("storage_v1"),
@@ -25,7 +25,7 @@ def toy_loss(config) -> float:
     return float(np.random.default_rng(abs(hash(tuple(sorted(map(str, config.items()))))) % 2**32).random())
 
 
-@pytest.fixture(params=list(ALGORITHMS))
+@pytest.fixture(params=list(SEARCH_ALGORITHMS))
 def algorithm(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -119,7 +119,7 @@ def test_a_finite_space_is_exhausted_without_repeats(algorithm):
 
 def test_unknown_algorithms_and_hyperparameters_are_refused():
     space = load_space("storage_v1")
-    with pytest.raises(ValueError, match="unknown algorithm 'annealing'; known: random"):
+    with pytest.raises(ValueError, match="unknown algorithm 'annealing'; known: random, sa, ga, bo, dqn"):
         make_tuner("annealing", space, seed=0, direction="min")
     with pytest.raises(ValueError, match="unknown hyperparameter 'rate' for random"):
         make_tuner("random", space, seed=0, direction="min", params={"rate": "1"})

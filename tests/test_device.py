@@ -1,0 +1,265 @@
+"""The device runner on real loop devices: mkfs, mount, sysfs, fio, teardown, safety, reaping.
+
+Marked `device`: they need root, fio, xfsprogs and btrfs-progs (`make test` installs them) and
+take a few seconds each. Select them with `-m device`, skip them with `-m "not device"`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from runners import Status, make_runner
+from runners.device.safety import UnsafeDevice, check_block_device
+from runners.device.target import DeviceError
+
+pytestmark = [
+    pytest.mark.device,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root"),
+    pytest.mark.skipif(shutil.which("fio") is None or shutil.which("mkfs.xfs") is None
+                       or shutil.which("mkfs.btrfs") is None, reason="needs fio, xfsprogs, btrfs-progs (make test)"),
+]
+
+
+def snapshot() -> dict[str, object]:
+    """What must be the same before and after: mounts, loop devices, StoreTune's state files."""
+    mounts = [line for line in Path("/proc/mounts").read_text().splitlines() if line.startswith("/dev/loop")]
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    return {"mounts": mounts, "loops": sorted(line for line in loops.splitlines() if "storetune-" in line)}
+
+
+def scheduler(device: str) -> str:
+    return Path(f"/sys/block/{Path(device).name}/queue/scheduler").read_text().strip()
+
+
+@pytest.fixture
+def loop_dir(tmp_path_factory, monkeypatch) -> Path:
+    monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    return Path(tmp_path_factory.mktemp("loops"))
+
+
+def runner(loop_dir: Path, **kw):
+    settings = dict(workload="varmail", runtime_s=2, loop_dir=str(loop_dir), loop_size_mib=512, fileset_mib=32)
+    return make_runner("device", **{**settings, **kw})
+
+
+@pytest.mark.parametrize("fs", ["ext2", "ext3", "ext4", "xfs", "btrfs"])
+def test_each_file_system_is_built_measured_and_torn_down(loop_dir, fs):
+    before = snapshot()
+    r = runner(loop_dir)
+    config = r.space.validate({"fs": fs, "io_scheduler": "mq-deadline"}, fill_defaults=True)
+    m = r.run(config, r.workload, seed=1)
+    assert m.status is Status.SUCCEEDED, m.reason
+    assert m.metrics["ops_per_s"] > 0 and m.metrics["lat_p99_us"] > 0
+    assert m.env["engine"] == "fio" and m.env["loop_direct_io"] is True and m.env["fio_version"]
+    assert m.env["kernel"] and m.env["device_size_bytes"] == 512 * 2**20 and m.env["loop_backing_fs"]
+    assert snapshot()["mounts"] == before["mounts"]  # unmounted after the run
+    r.close()
+    assert snapshot() == before
+
+
+def test_the_scheduler_is_switched_then_restored(loop_dir):
+    r = runner(loop_dir)
+    device = r.target().device
+    original = scheduler(device)
+    config = r.space.validate({"fs": "ext4", "io_scheduler": "bfq", "read_ahead_kb": 16, "nr_requests": 64},
+                              fill_defaults=True)
+    m = r.run(config, r.workload, seed=2)
+    assert m.status is Status.SUCCEEDED, m.reason
+    assert m.env["queue"] == {"scheduler": "bfq", "read_ahead_kb": "16", "nr_requests": "64"}
+    assert scheduler(device) == original
+    r.close()
+
+
+def test_a_setting_the_kernel_refuses_is_invalid(loop_dir):
+    r = runner(loop_dir)
+    # with no scheduler, nr_requests cannot exceed the loop device's hardware queue depth (128)
+    config = r.space.validate({"fs": "ext4", "io_scheduler": "none", "nr_requests": 256}, fill_defaults=True)
+    m = r.run(config, r.workload, seed=3)
+    assert m.status is Status.INVALID
+    assert "the kernel refused nr_requests=256" in m.reason
+    r.close()
+
+
+def test_a_file_system_mkfs_refuses_is_invalid(loop_dir):
+    r = runner(loop_dir, loop_size_mib=300)  # btrfs with mixed metadata/data dup needs more room than this
+    config = r.space.validate({"fs": "xfs", "xfs_agcount": 16, "block_size": 1024}, fill_defaults=True)
+    m = r.run(config, r.workload, seed=4)
+    r.close()
+    if m.status is Status.SUCCEEDED:
+        pytest.skip("this mkfs.xfs accepts 16 allocation groups of 18 MiB")
+    assert m.status is Status.INVALID and m.reason.startswith("mkfs.xfs refused:")
+
+
+def test_a_timeout_tears_down(loop_dir):
+    before = snapshot()
+    r = runner(loop_dir, runtime_s=30, timeout_s=3)
+    m = r.run(r.space.default(), r.workload, seed=5)
+    assert m.status is Status.TIMEOUT
+    r.close()
+    assert snapshot() == before
+
+
+def test_block_devices_must_be_allow_listed_unused_and_resolved_once(loop_dir, tmp_path):
+    with pytest.raises(DeviceError, match="is not allow-listed"):
+        runner(loop_dir, device="/dev/loop7")
+    root = _root_disk()
+    with pytest.raises(DeviceError, match="mounted on /"):
+        runner(loop_dir, device=root, allow_device=[root])
+    link = tmp_path / "by-id-disk"
+    link.symlink_to(root)
+    with pytest.raises(UnsafeDevice, match="mounted on /"):  # an allowed symlink to the root disk
+        check_block_device(str(link), [str(link)])
+    with pytest.raises(UnsafeDevice, match="not allow-listed"):  # a symlink to an allowed device is not allowed
+        check_block_device(str(link), [root])
+    spare = subprocess.run(["losetup", "-f"], capture_output=True, text=True).stdout.strip()
+    spare_link = tmp_path / "spare"
+    spare_link.symlink_to(spare)
+    # the runner keeps the resolved device, so re-pointing the symlink later redirects nothing
+    assert check_block_device(str(spare_link), [str(spare_link)]) == os.path.realpath(spare)
+
+
+def _root_disk() -> str:
+    from runners.device.safety import root_disks
+
+    return f"/dev/{sorted(root_disks())[0]}"
+
+
+def test_sigkill_mid_run_is_reaped_by_the_next_start(loop_dir, tmp_path):
+    state = os.environ["STORETUNE_STATE_DIR"]
+    before = snapshot()
+    script = tmp_path / "victim.py"
+    script.write_text(
+        "from runners import make_runner\n"
+        f"r = make_runner('device', workload='varmail', runtime_s=60, loop_dir={str(loop_dir)!r}, "
+        "loop_size_mib=512, fileset_mib=32)\n"
+        "r.run(r.space.validate({'fs': 'ext4', 'io_scheduler': 'kyber'}, fill_defaults=True), r.workload, seed=1)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_STATE_DIR": state}
+    victim = subprocess.Popen([sys.executable, str(script)], env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(str(loop_dir) in m for m in snapshot()["mounts"]):
+        time.sleep(0.1)
+    time.sleep(1.0)  # fio is running on the mounted file system
+    device = next(line.split()[0] for line in snapshot()["mounts"] if str(loop_dir) in line)
+    assert scheduler(device).find("[kyber]") >= 0
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert snapshot() != before  # it left a mount and a loop device behind
+    assert list(Path(state).glob("device-*.json"))
+    survivor = runner(loop_dir)  # the next start reaps
+    after = snapshot()
+    assert after["mounts"] == before["mounts"]
+    assert not [line for line in after["loops"] if f"storetune-{victim.pid}-" in line]
+    assert not list(Path(state).glob(f"device-{victim.pid}.json"))
+    survivor.close()
+    assert snapshot() == before
+
+
+def test_dry_run_touches_nothing(loop_dir, capsys):
+    before = snapshot()
+    r = runner(loop_dir, dry_run=True, echo=print)
+    m = r.run(r.space.validate({"fs": "btrfs", "btrfs_compress": "zstd"}, fill_defaults=True), r.workload, seed=1)
+    r.close()
+    out = capsys.readouterr().out
+    assert "losetup --find --show --direct-io=on" in out and "mkfs.btrfs" in out and "compress=zstd" in out
+    assert "fio --output-format=json" in out and "[global]" in out
+    assert snapshot() == before and not list(loop_dir.iterdir())
+    assert m.status is Status.SUCCEEDED and m.metrics == {}
+
+
+def test_replay_a_trace_on_a_loop_device(loop_dir, tmp_path):
+    from conftest import run_cli, shared
+    from runners.traces import read_trace
+
+    source = shared("heimdall_msr/msr.cut.per_10k.rw_20_80.105.trace.txt")
+    head = tmp_path / "head.trace"
+    head.write_text("".join(source.read_text().splitlines(keepends=True)[:400]))
+    before = snapshot()
+    out = tmp_path / "replayed.csv"
+    proc = run_cli("replay", "--trace", str(head), "--device", "loop", "--loop-dir", str(loop_dir),
+                   "--loop-size-mib", "512", "--speed", "0", "--queue-depth", "4", "--out", str(out), "--json",
+                   check=True)
+    summary = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    original, replayed = read_trace(head), read_trace(out)
+    assert len(replayed) == 400 and replayed.has_latency and (replayed.latency_us > 0).all()
+    assert (replayed.returned == original.size).all()  # every I/O completed in full
+    assert (replayed.ts_ms == original.ts_ms).all() and (replayed.is_read == original.is_read).all()
+    assert (replayed.offset + replayed.size <= 512 * 2**20).all()
+    assert summary["wrapped_offsets"] == int((original.offset + original.size > 512 * 2**20).sum()) > 0
+    assert summary["errors"] == 0
+    assert snapshot() == before
+
+
+def test_a_malformed_trace_is_one_line_naming_its_line(tmp_path):
+    from conftest import run_cli
+
+    bad = tmp_path / "bad.trace"
+    bad.write_text("0.000 0 200626176 4096 0\n1.5 0 12 nope 1\n")
+    proc = run_cli("replay", "--trace", str(bad), "--out", str(tmp_path / "o.csv"))
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {bad}: line 2: not a msr record: '1.5 0 12 nope 1'"
+
+
+@pytest.mark.parametrize("workload", ["fileserver", "varmail", "webserver", "oltp"])
+def test_every_personality_runs_cleanly_under_fio(loop_dir, workload):
+    r = runner(loop_dir, workload=workload, fileset_mib=256, loop_size_mib=1024)
+    m = r.run(r.space.validate({"fs": "ext4"}, fill_defaults=True), r.workload, seed=1)
+    r.close()
+    assert m.status is Status.SUCCEEDED, m.reason  # a fio job that could not run fails the measurement
+    assert m.metrics["read_ops_per_s"] > 0 and m.metrics["write_ops_per_s"] > 0
+    assert m.env["timings_s"]["benchmark"] >= 2  # it ran for its whole runtime
+
+
+@pytest.mark.skipif(shutil.which("filebench") is None,
+                    reason="filebench is not on PATH (no package registry has it: build it from source)")
+def test_filebench_engine_runs_the_real_binary(loop_dir):
+    aslr = Path("/proc/sys/kernel/randomize_va_space")
+    before = aslr.read_text()
+    r = runner(loop_dir, workload="varmail", engine="filebench", runtime_s=3)
+    m = r.run(r.space.validate({"fs": "xfs"}, fill_defaults=True), r.workload, seed=1)
+    r.close()
+    assert m.status is Status.SUCCEEDED, m.reason
+    assert m.metrics["ops_per_s"] > 0 and m.env["engine"] == "filebench" and m.env["filebench_version"]
+    assert aslr.read_text() == before  # Filebench runs with ASLR off; it is restored
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["--device", "/dev/nope", "--allow-device", "/dev/nope"], {}, "/dev/nope: no such device"),
+        (["--loop-size-mib", "100"], {}, "too small: mkfs.xfs needs at least 300 MiB"),
+        (["--workload", "mailserver"], {}, "unknown workload 'mailserver'; known: fileserver, varmail"),
+        ([], {"PATH": "/usr/bin/nothing"}, "fio is not installed: apt-get install fio"),
+    ],
+)
+def test_device_bad_input_is_one_line(sqlite_url, tmp_path, args, env, message):
+    from conftest import run_cli
+    from tuner import History
+
+    extra = {"STORETUNE_STATE_DIR": str(tmp_path / "state"), **env}
+    old = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        proc = run_cli("tune", "--runner", "device", "--loop-dir", str(tmp_path / "loops"), "--budget", "1", *args,
+                       db=sqlite_url)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert History(sqlite_url).campaigns() == []
+
+
+def test_without_root_the_device_runner_says_so(loop_dir, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(DeviceError, match=r"^the device runner needs root \(losetup, mkfs, mount, sysfs\): run it "
+                                          r"as root or with sudo$"):
+        runner(loop_dir)

@@ -1,0 +1,54 @@
+"""A small real sweep on a loop device, exported as a dataset and replayed by the dataset runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runners import make_runner
+from tuner import Campaign, CampaignSpec, History
+from tuner.sweep import SweepSpec, run_sweep
+
+pytestmark = [
+    pytest.mark.device,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root"),
+    pytest.mark.skipif(shutil.which("fio") is None or shutil.which("mkfs.btrfs") is None,
+                       reason="needs fio and btrfs-progs (make test)"),
+]
+
+
+def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatch):
+    monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
+    history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    spec = SweepSpec(out=tmp_path / "ds", workloads=("varmail",), space="storage_v1", runtime_s=1, repeats=2,
+                     per_stratum=1, loop_dir=str(tmp_path / "loops"), loop_size_mib=400, fileset_mib=16,
+                     command=["storetune", "sweep", "..."])
+    manifest_path = run_sweep(history, spec)
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["format"] == "long" and manifest["space"] == "storage_v1"
+    statuses = [line.split(",")[15] for line in (tmp_path / "ds" / "measurements.csv").read_text().splitlines()[1:]]
+    assert manifest["rows"] == len(statuses) >= 5  # one configuration per file system, 2 repeats if it is valid
+    assert manifest["valid_configurations"] == statuses.count("SUCCEEDED") / 2
+    for line in (tmp_path / "ds" / "measurements.csv").read_text().splitlines()[1:]:
+        if ",INVALID," in line:  # the tool's own words, not its usage text
+            assert "refused:" in line and "Usage" not in line
+    assert manifest["where"]["loop_direct_io"] is True and manifest["where"]["tools"]["fio_version"]
+    assert manifest["measured_wall_time_s"] > 0 and manifest["how"]["engine"] == "fio"
+    header = (tmp_path / "ds" / "measurements.csv").read_text().splitlines()[0].split(",")
+    assert header[:2] == ["workload", "fs"] and "repeat" in header and header[-1] == "write_lat_p99_us"
+
+    runner = make_runner("dataset", dataset=str(tmp_path / "ds"), context={"workload": "varmail"})
+    assert runner.space.cardinality() == 5 and runner.metrics()["ops_per_s"] == "max"
+    summary = Campaign.create(history, CampaignSpec(runner="dataset", runner_settings=runner.settings(),
+                                                    algorithm="ga", budget=5)).run()
+    assert summary.trials_by_status.get("SUCCEEDED") == manifest["valid_configurations"]
+
+    again = run_sweep(history, spec)  # finished: nothing is measured again
+    assert json.loads(again.read_text())["rows"] == manifest["rows"]
+    other = SweepSpec(**{**spec.__dict__, "repeats": 3})
+    with pytest.raises(ValueError, match="holds a sweep with other settings"):
+        run_sweep(history, other)

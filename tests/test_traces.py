@@ -1,0 +1,95 @@
+"""Trace formats: reading, writing, round trips and malformed lines; fio and Filebench reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, shared
+from runners.device.engines import EngineOutputError, parse_filebench, parse_fio
+from runners.traces import TraceError, read_trace, write_flashnet
+
+FIO = ROOT / "tests" / "data" / "fio"
+
+
+def test_flashnet_round_trip_is_byte_identical(tmp_path):
+    path = shared("flashnet_tencent/tencent.cut.per_50k.rw_60_40.490.trace.csv")
+    trace = read_trace(path)
+    assert len(trace) == 50_000 and trace.has_latency
+    out = tmp_path / "again.csv"
+    write_flashnet(out, trace)
+    assert out.read_bytes() == path.read_bytes()
+
+
+def test_msr_input_has_no_latency_and_offsets_beyond_a_small_device():
+    trace = read_trace(shared("heimdall_msr/msr.cut.per_10k.rw_20_80.105.trace.txt"))
+    assert len(trace) == 10_000 and not trace.has_latency
+    assert trace.is_read.mean() == pytest.approx(0.202, abs=0.01)  # its stats file: R:W = 20/80
+    assert trace.offset.max() > 10 * 2**30
+
+
+def test_original_msr_csv(tmp_path):
+    path = tmp_path / "msr.csv"
+    path.write_text("128166372003061629,hm,1,Read,383516672,32768,41286\n"
+                    "128166372016382155,hm,1,Write,3058061312,4096,1963\n")
+    trace = read_trace(path)
+    assert trace.is_read.tolist() == [True, False]
+    assert trace.ts_ms[1] == pytest.approx(1332.0526)
+    assert trace.latency_us.tolist() == pytest.approx([4128.6, 196.3])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0.000 0 200626176 4096 0\n0.1 0 12 4096\n", "line 2: expected 5 fields for msr"),
+        ("0.000 0 200626176 4096 0\n0.1 0 12 4096 7\n", "line 2: not a msr record"),
+        ("0.000,120,1,4096,4923392,0.091,4096\n0.1,x,1,4096,0,0.1,4096\n", "line 2: not a flashnet record"),
+        ("hello\n", "line 1: neither FlashNet"),
+        ("", "the trace is empty"),
+    ],
+)
+def test_malformed_traces_name_the_line(tmp_path, text, message):
+    path = tmp_path / "bad.trace"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=message):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("name", ["varmail", "oltp"])
+def test_fio_reports_are_summed_over_directions(name):
+    text = (FIO / f"{name}.json").read_text()
+    metrics = parse_fio(text)
+    job = json.loads(text)["jobs"][0]  # group_reporting: one entry for all jobs
+    assert metrics["read_ops_per_s"] == pytest.approx(job["read"]["iops"])
+    assert metrics["ops_per_s"] == pytest.approx(job["read"]["iops"] + job["write"]["iops"])
+    assert metrics["mb_per_s"] == pytest.approx((job["read"]["bw_bytes"] + job["write"]["bw_bytes"]) / 1e6)
+    p99 = max(job[d]["clat_ns"]["percentile"]["99.000000"] for d in ("read", "write")) / 1e3
+    assert metrics["lat_p99_us"] == pytest.approx(p99)
+    ios = job["read"]["total_ios"] + job["write"]["total_ios"]
+    mean = (job["read"]["clat_ns"]["mean"] * job["read"]["total_ios"]
+            + job["write"]["clat_ns"]["mean"] * job["write"]["total_ios"]) / ios / 1e3
+    assert metrics["lat_mean_us"] == pytest.approx(mean)
+
+
+def test_fio_notes_before_the_json_are_skipped_and_garbage_is_an_error():
+    text = "note: both iodepth >= 1 and synchronous I/O engine are selected\n" + (FIO / "oltp.json").read_text()
+    assert parse_fio(text)["ops_per_s"] > 0
+    with pytest.raises(EngineOutputError):
+        parse_fio("fio: failed to lay out files")
+    report = json.loads((FIO / "oltp.json").read_text())
+    report["jobs"][0]["error"] = 2  # fio exits 0 when a job could not run: that is a failure
+    with pytest.raises(EngineOutputError, match=r"fio job shadow failed: error 2 \(No such file or directory\)"):
+        parse_fio(json.dumps(report))
+
+
+def test_filebench_summary():
+    text = "42.004: IO Summary: 1063894 ops 17729.734 ops/s 1612/3224 rd/wr 428.5mb/s 2.8ms/op\n"
+    metrics = parse_filebench(text)
+    assert metrics["ops_per_s"] == 17729.734 and metrics["lat_mean_us"] == pytest.approx(2800.0)
+    assert metrics["mb_per_s"] == pytest.approx(428.5 * 1.048576)
+    with pytest.raises(EngineOutputError, match="IO Summary"):
+        parse_filebench("Filebench Version 1.5-alpha3\n")
+    assert np.isfinite(metrics["read_ops_per_s"])
