@@ -3,7 +3,7 @@
 The state is the encoded current configuration plus the last rewards; an action moves one
 parameter one step down or up (the previous or next category, cyclically); the reward is the
 improvement of the loss, normalised by the spread of the losses seen. ``DQN.learn()`` runs its own
-loop, so this tuner drives the model's parts directly: epsilon-greedy on ``q_net``,
+loop, so this tuner drives the model's parts directly: epsilon-greedy around ``predict``,
 ``replay_buffer.add`` per transition and ``train()`` per step. Moves onto configurations already
 measured are free (their loss is known) and still teach the network.
 """
@@ -17,7 +17,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from stable_baselines3 import DQN
 from stable_baselines3.common.logger import configure
 
@@ -221,6 +220,5 @@ class DeepQNetwork(Tuner):
         self._decisions += 1
         if self.rng.random() < epsilon:
             return int(self.rng.integers(self.env.action_space.n))
-        with torch.no_grad():
-            q = self.model.q_net(torch.as_tensor(obs[None]))
-        return int(q.argmax(dim=1).item())
+        action, _ = self.model.predict(obs, deterministic=True)  # deterministic: our epsilon, our generator
+        return int(action)
