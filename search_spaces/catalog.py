@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator

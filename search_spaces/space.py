@@ -8,7 +8,7 @@ import itertools
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,12 @@ from search_spaces.config import Config, Value, config_hash
 from search_spaces.parameter import InvalidConfig, Parameter
 
 MAX_SAMPLE_ATTEMPTS = 10_000
+
+
+def _pin(p: Parameter, value: Value) -> Parameter:
+    if p.values:
+        return replace(p, values=(value,), default=value)
+    return replace(p, low=value, high=value, log=p.log and value > 0, default=value)
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,16 @@ class SearchSpace:
 
     def hash(self, config: Mapping[str, Any]) -> str:
         return config_hash(config)
+
+    def fix(self, values: Mapping[str, Any]) -> SearchSpace:
+        """The same space with some parameters pinned to one value each (``--fix replicas=3``).
+        The conditions stay: a pinned parameter still applies only where its ``when`` holds."""
+        if not values:
+            return self
+        pinned = {name: self[name].canonical(value) for name, value in values.items()}
+        parameters = [_pin(p, pinned[p.name]) if p.name in pinned else p for p in self.parameters]
+        label = ", ".join(f"{k}={v}" for k, v in pinned.items())
+        return SearchSpace(self.name, parameters, self.forbidden, f"{self.description} ({label} fixed)")
 
     # --- sampling and moves -----------------------------------------------------------------------
     def sample(self, rng: np.random.Generator) -> Config:

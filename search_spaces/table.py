@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from search_spaces.config import Config, Value
-from search_spaces.parameter import Kind, Parameter
+from search_spaces.parameter import InvalidConfig, Kind, Parameter
 from search_spaces.space import SearchSpace
 
 NONE_CHOSEN = "none"  # the value of a one-hot group where no column is set
@@ -96,6 +96,17 @@ class TableSpace(SearchSpace):
                 taken.add(c)
                 out.append(c)
         return out
+
+    def fix(self, values: Mapping[str, Any]) -> TableSpace:
+        """The configurations of the table whose pinned parameters have the given values."""
+        if not values:
+            return self
+        pinned = {name: self[name].canonical(value) for name, value in values.items()}
+        members = [c for c in self.members if all(c.get(k, v) == v for k, v in pinned.items())]
+        if not members:
+            raise InvalidConfig(f"no configuration of {self.name} has {pinned}")
+        narrowed = SearchSpace.fix(self, pinned)
+        return TableSpace(self.name, narrowed.parameters, members, narrowed.description)
 
     def fingerprint(self) -> str:
         digest = hashlib.sha256(super().fingerprint().encode())
