@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared
-from runners import Measurement, Status, make_runner
+from runners import Measurement, make_runner
 from search_spaces import Config
 from tuner import Campaign, CampaignSpec, History
 from tuner.loop import trial_seed
@@ -151,3 +151,29 @@ def test_resuming_a_finished_campaign_runs_nothing_more(sqlite_url, bdbc):
     summary = Campaign.create(history, spec(bdbc, budget=4)).run()
     again = Campaign.resume(history, summary.campaign).run()
     assert again.evaluated == 4 and len(history.trials(summary.campaign)) == 4
+
+
+def test_a_batch_is_measured_in_parallel_worker_processes(sqlite_url, bdbc):
+    from tuner.executor import ProcessExecutor, repeat_seeds
+
+    history = History(sqlite_url)
+    campaign = Campaign.create(history, spec(bdbc, budget=12, batch_size=4, repeats=2), executor=ProcessExecutor(2))
+    summary = campaign.run()
+    trials = history.trials(campaign.id, measurements=True)
+    assert summary.trials_by_status == {"SUCCEEDED": 12}
+    assert len({t.config_hash for t in trials}) == 12 and all(len(t.measurements) == 2 for t in trials)
+    local = make_runner("dataset", dataset=str(bdbc))  # the workers measure exactly what this process would
+    for t in trials:
+        for m, seed in zip(t.measurements, repeat_seeds(t.seed, 2)):
+            assert local.run(Config(t.config), local.workload, seed=seed).metrics == m.metrics
+
+
+def test_a_device_runner_refuses_parallel_workers(sqlite_url):
+    from tuner.executor import ProcessExecutor
+
+    runner = make_runner("device", dry_run=True, echo=lambda line: None)
+    spec = CampaignSpec(runner="device", runner_settings=runner.settings(), algorithm="random", budget=4)
+    history = History(sqlite_url)
+    with pytest.raises(ValueError, match="one configuration at a time"):
+        Campaign.create(history, spec, runner=runner, executor=ProcessExecutor(2))
+    assert history.campaigns() == []

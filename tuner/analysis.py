@@ -44,6 +44,7 @@ class CampaignSummary:
     space: str
     workload: str
     database: str
+    test_value: float | None = None  # the best configuration on data the search never saw, if any
 
     @classmethod
     def of(cls, record: CampaignRecord, trials: Sequence[TrialRecord], database: str) -> CampaignSummary:
@@ -63,10 +64,19 @@ class CampaignSummary:
             space=record.space_name,
             workload=record.workload_name,
             database=database,
+            test_value=_held_out(best, record.objective_metric),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def _held_out(trial: TrialRecord | None, metric: str) -> float | None:
+    """The mean of the ``test_<metric>`` the runner recorded beside the objective (admission does)."""
+    if trial is None or "measurements" not in trial.__dict__:  # measurements not loaded
+        return None
+    values = [m.metrics[f"test_{metric}"] for m in trial.measurements if f"test_{metric}" in m.metrics]
+    return sum(values) / len(values) if values else None
 
 
 @dataclass(frozen=True)

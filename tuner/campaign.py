@@ -44,6 +44,7 @@ class CampaignSpec:
     repeats: int = 1
     batch_size: int = 1  # configurations asked and measured at once
     warm_start: str = "none"  # "same": learn from the trials of the same space, workload and device
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # parameters pinned to one value (--fix)
 
 
 class Campaign:
@@ -74,10 +75,13 @@ class Campaign:
 
     # --- creating and resuming ------------------------------------------------------------------------
     @classmethod
-    def create(cls, history: History, spec: CampaignSpec, runner: Runner | None = None) -> Campaign:
+    def create(cls, history: History, spec: CampaignSpec, runner: Runner | None = None,
+               executor: Executor | None = None) -> Campaign:
         """A new campaign. Bad input (unknown algorithm or hyperparameter, a budget the space cannot
         fill, an unknown metric) raises ValueError before anything is written to the history."""
         runner = runner or make_runner(spec.runner, **spec.runner_settings)
+        runner.space = runner.space.fix(spec.fixed)  # an unknown parameter or value raises here
+        _refuse_parallel_if_exclusive(runner, executor)
         objective = Objective.resolve(runner.metrics(), spec.metric, spec.direction)
         if spec.warm_start not in WARM_STARTS:
             raise ValueError(f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
@@ -110,21 +114,24 @@ class Campaign:
             repeats=spec.repeats,
             batch_size=spec.batch_size,
             warm_start=spec.warm_start,
+            fixed={k: runner.space[k].default for k in spec.fixed},
         )
-        return cls(history, record, runner, objective)
+        return cls(history, record, runner, objective, executor)
 
     @classmethod
-    def resume(cls, history: History, campaign_id: int) -> Campaign:
+    def resume(cls, history: History, campaign_id: int, executor: Executor | None = None) -> Campaign:
         """The campaign ``campaign_id``, ready to finish its budget."""
         record = history.campaign(campaign_id)
         _refuse_if_driven_elsewhere(record)
         runner = make_runner(record.runner, **record.runner_settings)
+        runner.space = runner.space.fix(record.fixed)
+        _refuse_parallel_if_exclusive(runner, executor)
         if runner.workload.fingerprint() != record.workload_fingerprint:
             raise ValueError(f"campaign {campaign_id}: its workload {record.workload_name} changed since it started")
         if runner.space.fingerprint() != record.space_fingerprint:
             raise ValueError(f"campaign {campaign_id}: the search space {record.space_name} changed since it started")
         objective = Objective(record.objective_metric, record.objective_direction)  # type: ignore[arg-type]
-        return cls(history, record, runner, objective)
+        return cls(history, record, runner, objective, executor)
 
     # --- the loop -------------------------------------------------------------------------------------
     def run(self, on_trial: Callable[[TrialResult], None] | None = None) -> CampaignSummary:
@@ -166,12 +173,19 @@ class Campaign:
             raise
         finally:
             self.runner.close()
+            getattr(self.executor, "close", lambda: None)()
         history.finish_campaign(rec.id, "finished", outcome.note)
         return self.summary()
 
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
-        return CampaignSummary.of(record, self.history.trials(self.id), self.history.url)
+        return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
+
+
+def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None) -> None:
+    if getattr(runner, "exclusive", False) and getattr(executor, "workers", 1) > 1:
+        raise ValueError(f"the {runner.name} runner measures one configuration at a time: parallel workers "
+                         "would share one disk and disturb each other's measurements")
 
 
 def _refuse_if_driven_elsewhere(record: CampaignRecord) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -161,6 +161,8 @@ class Comparison:
         except KeyboardInterrupt:
             self.history.finish_comparison(self.id, "interrupted", None)
             raise
+        finally:
+            getattr(executor, "close", lambda: None)()
         results = self.summarize(runs)
         self.history.finish_comparison(self.id, "finished", results)
         self.runs = runs

@@ -91,25 +91,65 @@ def _one_thread_per_worker() -> None:
 
 
 class ProcessExecutor(LocalExecutor):
-    """Runs independent tasks (such as the seeds of a comparison) in worker processes."""
+    """Runs independent tasks (the seeds of a comparison, the trials of a batch) in worker processes.
+
+    The pool starts on first use and lives until ``close()``, so a campaign pays the workers' start
+    (importing torch, loading a trace) once, not per batch. Each worker rebuilds a runner from its
+    name and settings once and keeps it.
+    """
 
     def __init__(self, workers: int | None = None):
         self.workers = workers or os.cpu_count() or 1
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _start(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # forkserver: workers start clean, never as forks of a process that may hold torch threads
+            context = multiprocessing.get_context("forkserver")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_one_thread_per_worker)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        # forkserver: workers start clean, never as forks of a process that may hold torch threads
-        context = multiprocessing.get_context("forkserver")
-        with ProcessPoolExecutor(self.workers, mp_context=context, initializer=_one_thread_per_worker) as pool:
-            pending: set[Future[Any]] = set()
-            queue = iter(items)
-            for item in queue:  # keep two tasks per worker in flight: results stream back in order of completion
-                pending.add(pool.submit(fn, item))
-                if len(pending) >= 2 * self.workers:
-                    break
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield future.result()
-                    nxt = next(queue, None)
-                    if nxt is not None:
-                        pending.add(pool.submit(fn, nxt))
+        pool = self._start()
+        pending: set[Future[Any]] = set()
+        queue = iter(items)
+        for item in queue:  # keep two tasks per worker in flight: results stream back as they complete
+            pending.add(pool.submit(fn, item))
+            if len(pending) >= 2 * self.workers:
+                break
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+                nxt = next(queue, None)
+                if nxt is not None:
+                    pending.add(pool.submit(fn, nxt))
+
+    def run(
+        self, runner: Runner, workload: Workload, jobs: Sequence[Job], record: Recorder | None = None
+    ) -> Iterator[tuple[Job, list[Measurement]]]:
+        """Measure the jobs in the workers; measurements are recorded here, by the only writer."""
+        tasks = [(runner.name, runner.settings(), workload, job) for job in jobs]
+        for job, measurements in self.map_unordered(_measure_in_worker, tasks):
+            if record is not None:
+                for repeat, m in enumerate(measurements):
+                    record(job, repeat, m)
+            yield job, measurements
+
+
+_WORKER_RUNNERS: dict[str, Runner] = {}
+
+
+def _measure_in_worker(task: tuple[str, dict, Workload, Job]) -> tuple[Job, list[Measurement]]:
+    from runners import make_runner
+
+    name, settings, workload, job = task
+    key = f"{name}:{sorted(settings.items())!r}"
+    if key not in _WORKER_RUNNERS:
+        _WORKER_RUNNERS[key] = make_runner(name, **settings)
+    return job, measure(_WORKER_RUNNERS[key], workload, job)

@@ -47,6 +47,7 @@ class CampaignRecord(Base):
     repeats: Mapped[int]
     batch_size: Mapped[int]
     warm_start: Mapped[str] = mapped_column(String(16), default="none", server_default="none")
+    fixed: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")  # parameters pinned by --fix
     comparison_id: Mapped[int | None] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
 
     driver_host: Mapped[str | None] = mapped_column(String(200))
