@@ -14,6 +14,7 @@ RUNNERS = {
     "dataset": "runners.dataset:DatasetRunner",
     "command": "runners.command:CommandRunner",
     "device": "runners.device.runner:DeviceRunner",
+    "admission": "runners.admission.runner:AdmissionRunner",
 }
 
 

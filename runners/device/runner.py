@@ -48,6 +48,7 @@ ASLR = Path("/proc/sys/kernel/randomize_va_space")
 
 class DeviceRunner:
     name: ClassVar[str] = "device"
+    exclusive: ClassVar[bool] = True  # owns its disk: measurements never run beside each other
 
     def __init__(
         self,

@@ -34,7 +34,10 @@ class Result:
         for i, line in enumerate(lines):
             if line.strip().lower().startswith("usage:") and i > 0:
                 return "\n".join(lines[:i]).strip()[:chars]
-        return text[-chars:]
+        if len(text) <= chars:
+            return text
+        tail = text[-chars:]
+        return tail[tail.find("\n") + 1 :] if "\n" in tail else tail  # whole lines only
 
 
 class CommandFailed(RuntimeError):

@@ -1,0 +1,57 @@
+"""Evaluates an ``admission`` configuration on a trace: train (or reuse) the model it names,
+decide EBUSY for the reads, and simulate failover to replicas.
+
+While tuning, the configuration is judged on the validation part of the training split; the same
+model's result on the untouched test part is recorded beside it (``test_*`` metrics), which is what
+a campaign reports as ``test_value`` at the end, never what it optimises.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from runners.admission.pipeline import AdmissionConfig, Pipeline
+from runners.base import Direction, Measurement, Status, Workload
+from search_spaces import Config, InvalidConfig, load_space
+
+
+class AdmissionRunner:
+    name: ClassVar[str] = "admission"
+
+    def __init__(self, trace: str, space: str = "admission", train: float = 0.8, validation: float = 0.2,
+                 replica_cost_us: float = 0.0, seed: int = 0, epochs: int = 10, format: str | None = None):
+        self.pipeline = Pipeline(trace, train, validation, seed, epochs, format)
+        self.space = load_space(space)
+        self.replica_cost_us = replica_cost_us
+        self._settings = dict(trace=str(Path(trace).resolve()), space=space, train=train, validation=validation,
+                              replica_cost_us=replica_cost_us, seed=seed, epochs=epochs, format=format)
+        self.workload = Workload("trace", Path(trace).name.split(".trace")[0], {
+            "sha256": self.pipeline.sha256, "train": train, "validation": validation, "seed": seed, "epochs": epochs})
+        self.device = "simulated"
+
+    def metrics(self) -> dict[str, Direction | None]:
+        return {"mean_latency_us": "min", "p99_latency_us": "min", "cost_us": "min", "failover_rate": "min"}
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+        try:
+            config = self.space.validate(config)
+        except InvalidConfig as e:
+            return Measurement.failed(Status.INVALID, str(e))
+        cfg = AdmissionConfig.of(config)
+        metrics: dict[str, float] = {}
+        for part, prefix in (("validation", ""), ("test", "test_")):
+            busy = self.pipeline.decide(cfg, part)
+            outcome = self.pipeline.simulate(busy, part, cfg.replicas, cfg.failover_cost_us, seed)
+            summary = outcome.summary()
+            summary["cost_us"] = summary["mean_latency_us"] + self.replica_cost_us * cfg.replicas
+            metrics.update({prefix + k: v for k, v in summary.items()})
+        env = {"engine": "failover-simulator", "trace": self.pipeline.path.name, "seed": seed,
+               "threshold_us": self.pipeline.threshold_us(cfg.threshold_percentile) if cfg.uses_threshold else None}
+        return Measurement(Status.SUCCEEDED, metrics, env=env)
