@@ -196,6 +196,7 @@ def test_replay_a_trace_on_a_loop_device(loop_dir, tmp_path):
     assert (replayed.offset + replayed.size <= 512 * 2**20).all()
     assert summary["wrapped_offsets"] == int((original.offset + original.size > 512 * 2**20).sum()) > 0
     assert summary["errors"] == 0
+    assert "Traceback" not in proc.stderr  # no replayer thread died, even while closing its buffer
     assert snapshot() == before
 
 

@@ -86,25 +86,20 @@ def replay(trace: Trace, device: str, *, speed: float = 1.0, queue_depth: int = 
     started = time.perf_counter()
 
     def worker() -> None:
-        buffer = mmap.mmap(-1, int(lengths.max()))  # page-aligned, as O_DIRECT needs
-        view = memoryview(buffer)
-        try:
+        with mmap.mmap(-1, int(lengths.max())) as buffer, memoryview(buffer) as view:  # page-aligned for O_DIRECT
             while (i := work.get()) is not None:
-                chunk = view[: int(lengths[i])]
-                t0 = time.perf_counter()
-                try:
-                    done = os.preadv(fd, [chunk], int(offsets[i])) if trace.is_read[i] else os.pwritev(
-                        fd, [chunk], int(offsets[i]))
-                except OSError:
-                    done = -1
-                    errors[0] += 1
-                t1 = time.perf_counter()
+                with view[: int(lengths[i])] as chunk:  # released before the buffer closes
+                    t0 = time.perf_counter()
+                    try:
+                        done = os.preadv(fd, [chunk], int(offsets[i])) if trace.is_read[i] else os.pwritev(
+                            fd, [chunk], int(offsets[i]))
+                    except OSError:
+                        done = -1
+                        errors[0] += 1
+                    t1 = time.perf_counter()
                 latency[i] = (t1 - t0) * 1e6
                 submit[i] = (t0 - started) * 1e3
                 returned[i] = done
-        finally:
-            view.release()
-            buffer.close()
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(queue_depth)]
     for t in threads:
