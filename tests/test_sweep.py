@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -52,3 +51,12 @@ def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatc
     other = SweepSpec(**{**spec.__dict__, "repeats": 3})
     with pytest.raises(ValueError, match="holds a sweep with other settings"):
         run_sweep(history, other)
+
+    measured = {t.id for t in history.trials(manifest["campaigns"]["varmail"])}
+    bigger = SweepSpec(**{**spec.__dict__, "per_stratum": 2})  # extend: more configurations per stratum
+    extended = json.loads(run_sweep(history, bigger).read_text())
+    trials = history.trials(manifest["campaigns"]["varmail"])
+    assert measured < {t.id for t in trials} and len({t.config_hash for t in trials}) == len(trials) == 10
+    assert extended["rows"] > manifest["rows"] and extended["extended"][0]["per_stratum"] == [1, 2]
+    with pytest.raises(ValueError, match="raise only --per-stratum"):
+        run_sweep(history, spec)  # shrinking is refused

@@ -64,6 +64,14 @@ class History:
     def finish_campaign(self, campaign_id: int, state: str, note: str | None = None) -> None:
         self._update_campaign(campaign_id, state=state, note=note, finished_at=utcnow() if state == "finished" else None)
 
+    def extend_campaign(self, campaign_id: int, budget: int, algorithm_params: dict[str, Any]) -> None:
+        """A larger budget (and the parameters that make the algorithm fill it): a finished grid
+        campaign can grow when its sweep is extended. Trials already measured stay and count."""
+        record = self.campaign(campaign_id)
+        if budget < record.budget:
+            raise ValueError(f"campaign {campaign_id}: a budget can grow, not shrink ({record.budget} -> {budget})")
+        self._update_campaign(campaign_id, budget=budget, algorithm_params=dict(algorithm_params))
+
     def _update_campaign(self, campaign_id: int, **values: Any) -> None:
         with self.session() as s, s.begin():
             s.execute(update(CampaignRecord).where(CampaignRecord.id == campaign_id).values(**values))

@@ -66,16 +66,15 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
     """Measure (or finish measuring) the sweep, then export it; returns the manifest's path."""
     path = spec.out / "manifest.json"
     manifest = json.loads(path.read_text()) if path.exists() else {}
+    grid = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
+                      params={"per_stratum": spec.per_stratum}).grid
     if manifest and manifest.get("settings") != spec.settings():
-        raise ValueError(f"{spec.out} holds a sweep with other settings ({manifest.get('settings')}); "
-                         "choose another --out, or repeat that sweep's settings to resume it")
+        _extend(history, spec, manifest, grid)  # only a larger --per-stratum; anything else is refused
     manifest.setdefault("settings", spec.settings())
     manifest.setdefault("started_at", _now())
     manifest.setdefault("campaigns", {})
     manifest["database"] = history.url
     spec.out.mkdir(parents=True, exist_ok=True)
-    grid = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
-                      params={"per_stratum": spec.per_stratum}).grid
     for workload in spec.workloads:
         known = manifest["campaigns"].get(workload)
         if known is None:
@@ -91,6 +90,26 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
             on_campaign(workload, campaign)
         campaign.run(on_trial)
     return export(history, spec, manifest)
+
+
+def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: list[Any]) -> None:
+    """Grow a sweep to more configurations per stratum: the same seed draws the same configurations
+    first, so the old grid is part of the new one and nothing measured is measured again."""
+    old = dict(manifest.get("settings") or {})
+    wanted = spec.settings()
+    if {k: v for k, v in old.items() if k != "per_stratum"} != {k: v for k, v in wanted.items() if k != "per_stratum"} \
+            or wanted["per_stratum"] <= old.get("per_stratum", 0):
+        raise ValueError(f"{spec.out} holds a sweep with other settings ({old}); choose another --out, repeat that "
+                         "sweep's settings to resume it, or raise only --per-stratum to extend it")
+    previous = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
+                          params={"per_stratum": old["per_stratum"]}).grid
+    if not set(previous) <= set(grid):
+        raise ValueError(f"{spec.out}: the larger grid does not contain the measured one; measure it into another --out")
+    for campaign_id in manifest["campaigns"].values():
+        history.extend_campaign(campaign_id, len(grid), {"per_stratum": spec.per_stratum})
+    manifest.setdefault("extended", []).append({"at": _now(), "per_stratum": [old["per_stratum"], spec.per_stratum],
+                                                "command": " ".join(spec.command)})
+    manifest["settings"] = wanted
 
 
 def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
