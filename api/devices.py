@@ -1,0 +1,92 @@
+"""Commands that work on real devices: replay a trace, sweep a grid into a dataset."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from api.common import DbOption, JsonOption, console, err, literal, open_history
+from api.progress import CampaignProgress
+from tuner import Campaign
+
+
+def replay(
+    trace: Annotated[Path, typer.Option(help="An MSR or FlashNet trace.")],
+    out: Annotated[Path, typer.Option(help="Where to write the replay, in the 7-column FlashNet format.")],
+    fmt: Annotated[Optional[str], typer.Option("--format", help="msr, msr-csv or flashnet (default: detected).")] = None,
+    device: Annotated[str, typer.Option(help="'loop', or a block device named with --allow-device.")] = "loop",
+    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may overwrite.")] = [],  # noqa: B006
+    speed: Annotated[float, typer.Option(help="Replay at this multiple of the trace's pace; 0: as fast as possible.")]
+    = 1.0,
+    queue_depth: Annotated[int, typer.Option(help="I/Os in flight at most. Latencies match fio's at 1; deeper, Python threads inflate them (README, device benchmark).")] = 32,
+    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
+    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be done; touch nothing.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay a block trace on a device with O_DIRECT and record every I/O's latency."""
+    from runners.device.replay import replay_on_device
+    from runners.traces import read_trace, write_flashnet
+
+    loaded = read_trace(trace, fmt)
+    result = replay_on_device(loaded, device=device, allow_device=allow_device, loop_dir=loop_dir,
+                              loop_size_mib=loop_size_mib, speed=speed, queue_depth=queue_depth, dry_run=dry_run,
+                              echo=literal)
+    if result is None:
+        return
+    write_flashnet(out, result.trace)
+    summary = {**result.summary(), "trace": str(trace), "out": str(out), "device": device,
+               "speed": speed, "queue_depth": queue_depth}
+    if as_json:
+        print(json.dumps(summary))
+        return
+    if result.wrapped:
+        console.print(f"{result.wrapped} of {len(loaded)} offsets lay beyond the device and were wrapped modulo its size")
+    console.print(f"replayed {summary['ios']} I/Os in {summary['duration_s']} s: mean latency "
+                  f"{summary['latency_mean_us']:.0f} us, p99 {summary['latency_p99_us']:.0f} us -> {out}")
+
+
+def sweep(
+    out: Annotated[Path, typer.Option(help="The dataset folder, e.g. datasets/loop-storage-v2.")],
+    space: Annotated[str, typer.Option(help="The space to sample.")] = "storage_v2",
+    workloads: Annotated[str, typer.Option(help="Comma-separated personalities.")] = "fileserver,varmail,webserver,oltp",
+    device: Annotated[str, typer.Option(help="'loop', or a block device named with --allow-device.")] = "loop",
+    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may format.")] = [],  # noqa: B006
+    engine: Annotated[str, typer.Option(help="fio, or filebench if it is on PATH.")] = "fio",
+    runtime: Annotated[float, typer.Option(help="Seconds each benchmark runs.")] = 8.0,
+    repeats: Annotated[int, typer.Option(help="Measurements per configuration and workload.")] = 2,
+    per_stratum: Annotated[int, typer.Option(help="Configurations per file system x I/O scheduler pair.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the grid and of fio.")] = 0,
+    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
+    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
+    fileset_mib: Annotated[int, typer.Option(help="Largest fileset a personality lays out.")] = 256,
+    db: DbOption = None,
+) -> None:
+    """Measure a grid of configurations for several workloads and write it as a dataset (resumable)."""
+    from runners.device.personalities import PERSONALITIES
+    from tuner.sweep import SweepSpec, run_sweep, workloads_of
+
+    spec = SweepSpec(out=out, workloads=workloads_of(workloads, list(PERSONALITIES)), space=space, device=device,
+                     allow_device=tuple(allow_device), engine=engine, runtime_s=runtime, repeats=repeats,
+                     per_stratum=per_stratum, seed=seed, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
+                     fileset_mib=fileset_mib, command=["storetune", *sys.argv[1:]])
+    history = open_history(db)
+    state: dict[str, Any] = {}
+
+    def started(workload: str, campaign: Campaign) -> None:
+        if state.get("progress"):
+            state["progress"].__exit__(None, None, None)
+        done = campaign.summary().evaluated
+        title = f"sweep {workload} (campaign {campaign.id})"
+        state["progress"] = CampaignProgress(err, title, campaign.record.budget, done).__enter__()
+
+    try:
+        manifest = run_sweep(history, spec, on_trial=lambda r: state["progress"].update(r), on_campaign=started)
+    finally:
+        if state.get("progress"):
+            state["progress"].__exit__(None, None, None)
+    console.print(f"dataset: {manifest.parent / 'measurements.csv'}  manifest: {manifest}")

@@ -1,0 +1,57 @@
+"""The offline comparison of search algorithms on an exhaustive table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from api import render
+from api.common import DbOption, JsonOption, console, err, open_history, runner_settings
+from api.export import write_comparison
+from api.progress import ComparisonProgress
+from tuner import SEARCH_ALGORITHMS
+
+
+def compare(
+    dataset: Annotated[list[Path], typer.Option(help="The exhaustive table(s) to replay.")],
+    algorithms: Annotated[str, typer.Option(help="Comma-separated, with hyperparameters as ga:mutation_rate=0.05.")]
+    = ",".join(SEARCH_ALGORITHMS),
+    seeds: Annotated[int, typer.Option(help="Seeded campaigns per algorithm.")] = 100,
+    budget: Annotated[int, typer.Option(help="Evaluations per campaign.")] = 200,
+    within: Annotated[float, typer.Option(help="Near-optimal: within this fraction of the table's best mean.")] = 0.99,
+    context: Annotated[list[str], typer.Option(help="Pin a setup column, e.g. workload_id=4.")] = [],  # noqa: B006
+    metric: Annotated[Optional[str], typer.Option(help="Metric to optimise (default: the table's objective).")] = None,
+    direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the table).")] = None,
+    repeats: Annotated[int, typer.Option(help="Measurements per configuration.")] = 1,
+    first_seed: Annotated[int, typer.Option(help="Seeds run from this one.")] = 0,
+    workers: Annotated[int, typer.Option(help="Worker processes (default: one per core).")] = 0,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for summary.json and CSV files.")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compare algorithms offline on an exhaustive table: success rate by evaluation, evaluations to near-optimal."""
+    from tuner.compare import CompareSpec, Comparison, Variant  # scipy: loaded only for this command
+    from tuner.executor import ProcessExecutor
+
+    history = open_history(db)
+    spec = CompareSpec(
+        runner_settings=runner_settings("dataset", dataset, context, None, None, 0, metric),
+        variants=tuple(Variant.parse_list(algorithms)),
+        seeds=seeds, budget=budget, within=within, repeats=repeats, metric=metric,
+        direction=direction, first_seed=first_seed,
+    )
+    comparison = Comparison.create(history, spec)
+    executor = ProcessExecutor(workers or None)
+    title = f"comparison {comparison.id} on {comparison.runner.table.name}"
+    with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
+        results = comparison.run(executor, on_seed=progress.update)
+    if out is not None:
+        for path in write_comparison(out, results, comparison.runs):
+            err.print(f"wrote {path}")
+    if as_json:
+        print(json.dumps(results))
+        return
+    console.print(render.comparison_table(results))

@@ -1,0 +1,134 @@
+"""Benchmark: the admission pipeline on the FlashNet Tencent traces (../shared/datasets/flashnet_tencent).
+
+    .venv/bin/python bench/admission.py [--budget 40]
+
+Per trace, on the untouched test part (the last 20%):
+1. accuracy of the HEIMDALL classifier with LinnOS cutoff labels and with period labels, each with and
+   without the 3-stage noise filter: ROC-AUC, PR-AUC, F1, FNR, FPR. HEIMDALL claims each step helps;
+   the output says whether it holds here.
+2. speedups of the mean latency at r = 3 replicas and f = 30 us, over the peer "hand-chosen p90 threshold"
+   (the unbiased regressor failing over above the 90th percentile) and over no admission, for the
+   threshold equation, global, oracle, greedy-skip, and our tuned configuration (BO, --budget
+   evaluations on the admission space with replicas and f pinned, chosen on the validation part).
+   All are simulated with the same failover draws. Target: tuned >= 97% of global's speedup.
+3. the simulator's throughput in I/Os per second on one core, against the plain reference loop.
+   Target: >= 5 million I/Os per second.
+4. inference cost per I/O: single, batched (1,024), and joint (4 I/Os per decision). Target: batched
+   <= 1 us per I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runners.admission.baselines import baselines  # noqa: E402
+from runners.admission.model import accuracy, inference_cost  # noqa: E402
+from runners.admission.pipeline import AdmissionConfig, Pipeline  # noqa: E402
+from runners.admission.simulator import jumps, reference_simulate, simulate  # noqa: E402
+from tuner import Campaign, CampaignSpec, History  # noqa: E402
+
+TRACES = sorted((ROOT.parent / "shared" / "datasets" / "flashnet_tencent").glob("*.trace.csv"))
+R, F, SEED = 3, 30.0, 0
+
+
+def accuracy_table(pipeline: Pipeline) -> None:
+    print(f"  {'labels':<22}{'ROC-AUC':>9}{'PR-AUC':>9}{'F1':>7}{'FNR':>7}{'FPR':>7}")
+    results = {}
+    for labeling in ("cutoff", "period"):
+        for filtered in (False, True):
+            cfg = AdmissionConfig(model_kind="classifier", labeling=labeling, noise_filter=filtered)
+            X = pipeline.X(cfg.history_depth)[pipeline.reads("test")]
+            model = pipeline.model(cfg)
+            a = accuracy(pipeline.labels(cfg, "test"), model.scores(X), pipeline.decide(cfg, "test"))
+            results[(labeling, filtered)] = a
+            name = f"{labeling}{' + filter' if filtered else ''}"
+            print(f"  {name:<22}{a['roc_auc']:>9.3f}{a['pr_auc']:>9.3f}{a['f1']:>7.3f}{a['fnr']:>7.3f}{a['fpr']:>7.3f}")
+    period = results[("period", False)]["roc_auc"] > results[("cutoff", False)]["roc_auc"]
+    filtered = results[("period", True)]["roc_auc"] > results[("period", False)]["roc_auc"]
+    print(f"  HEIMDALL's claims here (ROC-AUC): period labels beat cutoff: {'yes' if period else 'no'}; "
+          f"the noise filter helps: {'yes' if filtered else 'no'}")
+    print("  (each labelling is judged against its own labels of the test part, unfiltered)")
+
+
+def tuned(trace: Path, budget: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        history = History(f"sqlite:///{tmp}/h.sqlite")
+        spec = CampaignSpec(runner="admission", runner_settings={"trace": str(trace)}, algorithm="bo", budget=budget,
+                            seed=SEED, metric="mean_latency_us", fixed={"replicas": R, "failover_cost_us": int(F)})
+        return Campaign.create(history, spec).run().best_config
+
+
+def speedups(pipeline: Pipeline, trace: Path, budget: int) -> float:
+    base = baselines(pipeline, R, F, 90.0, SEED)
+    latency = pipeline.ios.latency_us[pipeline.reads("test")]
+    jump = jumps(len(latency), R, np.random.default_rng(SEED))  # the baselines' first draw: the same jumps
+
+    def mean(busy: np.ndarray) -> float:
+        return float(simulate(latency, busy, R, F, jump=jump).latency_us.mean())
+
+    p90 = mean(pipeline.decide(AdmissionConfig(model_kind="regressor", threshold_percentile=90.0), "test"))
+    none = base["no_admission"]["mean_latency_us"]
+    best = tuned(trace, budget)
+    ours = mean(pipeline.decide(AdmissionConfig.of(best), "test"))
+    rows = {name: base[name]["mean_latency_us"] for name in ("threshold_equation", "global", "oracle", "greedy_skip")}
+    rows["tuned (bo)"] = ours
+    print(f"  {'strategy':<22}{'mean us':>10}{'vs p90':>9}{'vs none':>9}")
+    print(f"  {'no admission':<22}{none:>10.1f}{p90 / none:>9.3f}{1.0:>9.3f}")
+    print(f"  {'p90 threshold (peer)':<22}{p90:>10.1f}{1.0:>9.3f}{none / p90:>9.3f}")
+    for name, value in rows.items():
+        print(f"  {name:<22}{value:>10.1f}{p90 / value:>9.3f}{none / value:>9.3f}")
+    share = (p90 / ours) / (p90 / rows["global"])
+    print(f"  tuned / global speedup: {share:.3f} (target >= 0.97); gap to the oracle: "
+          f"{ours / rows['oracle'] - 1:+.1%}; tuned configuration: {best}")
+    return share
+
+
+def simulator_speed() -> None:
+    rng = np.random.default_rng(0)
+    n = 2_000_000
+    latency, busy = rng.exponential(500, n), rng.random(n) < 0.1
+    jump = jumps(n, R, rng)
+    started = time.perf_counter()
+    simulate(latency, busy, R, F, jump=jump)
+    fast = n / (time.perf_counter() - started)
+    m = 50_000
+    started = time.perf_counter()
+    reference_simulate(latency[:m], busy[:m], R, F, jump[:, :m])
+    slow = m / (time.perf_counter() - started)
+    print(f"\n== simulator: {fast / 1e6:.1f} million I/Os per second on one core (target >= 5), "
+          f"{fast / slow:.0f}x the reference loop ({slow / 1e6:.2f} million/s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=int, default=40)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    shares = []
+    for trace in TRACES:
+        print(f"\n== {trace.name}")
+        pipeline = Pipeline(trace, seed=SEED)
+        accuracy_table(pipeline)
+        shares.append(speedups(pipeline, trace, args.budget))
+        cfg = AdmissionConfig(model_kind="classifier")
+        costs = inference_cost(pipeline.model(cfg), pipeline.X(3)[pipeline.reads("test")], joint=4)
+        print("  inference per I/O: " + ", ".join(f"{k.replace('_us_per_io', '')} {v:.2f} us" for k, v in costs.items())
+              + " (target: batched <= 1 us)")
+    simulator_speed()
+    print(f"\ntuned/global speedup on every trace >= 0.97: {'yes' if min(shares) >= 0.97 else 'no'} "
+          f"(lowest {min(shares):.3f})")
+
+
+if __name__ == "__main__":
+    main()
