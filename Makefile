@@ -43,19 +43,24 @@ test-fast: setup
 	$(BIN)/pytest -m "not slow and not postgres and not device"
 
 # The embedded default: the project's own measured dataset once there is one, else a public table.
+DEMO_WORKLOAD ?= fileserver
 demo: setup
-	@dataset=$$(ls datasets/*/manifest.json 2>/dev/null | head -n1 | xargs -r dirname); \
-	if [ -z "$$dataset" ]; then \
+	@dataset=$$(ls datasets/*/measurements.csv 2>/dev/null | head -n1 | xargs -r dirname); \
+	if [ -n "$$dataset" ]; then \
+	  args="--dataset $$dataset --context workload=$(DEMO_WORKLOAD) --budget 30"; \
+	  echo "Replaying StoreTune's own dataset $$dataset (measured on loop devices; workload $(DEMO_WORKLOAD))."; \
+	else \
 	  dataset=$(SHARED)/datasets/moot_configs/BDBC.csv; \
 	  if [ ! -f "$$dataset" ]; then \
 	    echo "make demo needs a dataset: none measured in datasets/ yet, and no $$dataset (clone the shared data beside this repository)"; \
 	    exit 1; \
 	  fi; \
+	  args="--dataset $$dataset --budget 100"; \
 	  echo "StoreTune has no dataset of its own yet: replaying $$dataset (Berkeley DB C, 2,560 measured configurations)."; \
 	fi; \
 	mkdir -p $$(dirname $(DEMO_DB)); \
-	$(BIN)/storetune tune --runner dataset --dataset "$$dataset" --algorithm random --budget 100 --seed 1 \
-	  --db sqlite:///$(DEMO_DB) --json | tee results/demo-summary.json | tail -n1 > /dev/null; \
+	$(BIN)/storetune tune --runner dataset $$args --algorithm bo --seed 1 \
+	  --db sqlite:///$(DEMO_DB) --json > results/demo-summary.json || exit 1; \
 	id=$$(tail -n1 results/demo-summary.json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["campaign"])'); \
 	$(BIN)/storetune best $$id --db sqlite:///$(DEMO_DB); \
 	echo; \

@@ -48,6 +48,8 @@ def own_datasets() -> dict[str, tuple[dict, str]]:
     """The project's own measured datasets, each pinned to each workload it holds."""
     out = {}
     for manifest in sorted((ROOT / "datasets").glob("*/manifest.json")):
+        if not (manifest.parent / "measurements.csv").exists():
+            continue  # a sweep still measuring
         data = json.loads(manifest.read_text())
         for workload in data.get("workloads", []):
             out[f"{manifest.parent.name}:{workload}"] = (
