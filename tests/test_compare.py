@@ -67,6 +67,23 @@ def test_simulated_random_follows_its_exact_curve(sqlite_url, bowl):
     assert np.max(np.abs(simulated - exact)) < 0.09  # 300 seeds: a few standard errors
 
 
+def test_the_exact_random_curve_counts_configurations_recorded_as_failures(sqlite_url, tmp_path):
+    rows = ["a,b,repeat,status,reason,ops"]  # 32 configurations: 16 measured, one of them best; 16 FAILED
+    for a in range(4):
+        for b in range(8):
+            if b < 4:
+                rows.append(f"{a},{b},0,SUCCEEDED,,{100 if (a, b) == (1, 1) else 10 + a + b}")
+            else:
+                rows.append(f"{a},{b},0,FAILED,crashed,")
+    table = tmp_path / "half_failed.csv"
+    table.write_text("\n".join(rows) + "\n")
+    results = Comparison.create(History(sqlite_url), spec(table, "random", seeds=300, budget=32)).run(LocalExecutor())
+    simulated = np.array(results["algorithms"]["random"]["success_at"])
+    exact = np.array(results["random_expected_success_at"])
+    assert exact[15] == pytest.approx(0.5) and exact[-1] == pytest.approx(1.0)  # 16 draws of 32 find it half the time
+    assert np.max(np.abs(simulated - exact)) < 0.09
+
+
 @pytest.mark.parametrize(
     "kw, message",
     [
