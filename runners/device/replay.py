@@ -11,8 +11,8 @@ divided by ``speed``, or as fast as possible with speed 0. Offsets beyond the de
 size (MSR traces reach about 15 GB), aligned down to the device's logical block; the count of
 wrapped I/Os is reported.
 
-Measured (README): within 4% of fio's mean latency at queue depth 1; at depth 8 a completion waits
-for the interpreter lock before it is timed, and latencies read 57% high.
+Measured (README): within 4% of fio's mean latency at queue depth 1; at depth 8 latencies read 57% high,
+most likely because a completion waits for the interpreter lock before it is timed.
 """
 
 from __future__ import annotations
