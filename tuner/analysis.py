@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import inspect
+
 from runners import Status
 from tuner.models import CampaignRecord, TrialRecord
 
@@ -73,7 +75,7 @@ class CampaignSummary:
 
 def _held_out(trial: TrialRecord | None, metric: str) -> float | None:
     """The mean of the ``test_<metric>`` the runner recorded beside the objective (admission does)."""
-    if trial is None or "measurements" not in trial.__dict__:  # measurements not loaded
+    if trial is None or "measurements" in inspect(trial).unloaded:  # a summary of trials loaded without them
         return None
     values = [m.metrics[f"test_{metric}"] for m in trial.measurements if f"test_{metric}" in m.metrics]
     return sum(values) / len(values) if values else None
