@@ -15,7 +15,6 @@ from rich.markup import escape
 from api import admission, devices, offline, render
 from api.common import (
     DbOption,
-    DeviceOptions,
     JsonOption,
     UserError,
     console,
@@ -24,6 +23,7 @@ from api.common import (
     open_history,
     pairs,
     runner_settings,
+    table_settings,
 )
 from api.progress import CampaignProgress
 from runners import RUNNERS, Status, make_runner
@@ -61,22 +61,30 @@ def tune(
     runner: Annotated[str, typer.Option(help=f"How to measure: {', '.join(RUNNERS)}.")] = "dataset",
     dataset: Annotated[list[Path], typer.Option(help="Table(s) to replay (dataset runner).")] = [],  # noqa: B006
     context: Annotated[list[str], typer.Option(help="Pin a setup column, e.g. workload_id=4.")] = [],  # noqa: B006
-    space: Annotated[Optional[str], typer.Option(help="Search space (command runner).")] = None,
+    space: Annotated[Optional[str], typer.Option(help="Search space (command runner; device and admission "
+                                                      "have defaults).")] = None,
     command: Annotated[Optional[str], typer.Option(help="Benchmark command (command runner).")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds before a run counts as TIMEOUT.")] = None,
-    device: Annotated[str, typer.Option(help="Device runner: 'loop' (a loop device StoreTune creates) or a "
-                                             "block device named with --allow-device.")] = "loop",
+    device: Annotated[Optional[str], typer.Option(help="Device runner: 'loop' (a loop device StoreTune creates, "
+                                                       "the default) or a block device named with --allow-device.")]
+    = None,
     allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may format.")] = [],  # noqa: B006
-    workload: Annotated[str, typer.Option(help="Device runner: fileserver, varmail, webserver or oltp.")] = "fileserver",
-    engine: Annotated[str, typer.Option(help="Device runner: fio, or filebench if it is on PATH.")] = "fio",
-    runtime: Annotated[float, typer.Option(help="Device runner: seconds each benchmark runs.")] = 10.0,
-    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
-    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
-    fileset_mib: Annotated[int, typer.Option(help="Largest fileset a personality lays out.")] = 256,
+    workload: Annotated[Optional[str], typer.Option(help="Device runner: fileserver (default), varmail, webserver "
+                                                         "or oltp.")] = None,
+    engine: Annotated[Optional[str], typer.Option(help="Device runner: fio (default), or filebench if it is on "
+                                                       "PATH.")] = None,
+    runtime: Annotated[Optional[float], typer.Option(help="Device runner: seconds each benchmark runs (default "
+                                                          "10).")] = None,
+    loop_dir: Annotated[Optional[str], typer.Option(help="Where the loop device's sparse file goes (default "
+                                                         "/var/tmp/storetune).")] = None,
+    loop_size_mib: Annotated[Optional[int], typer.Option(help="Size of the loop device (default 1024).")] = None,
+    fileset_mib: Annotated[Optional[int], typer.Option(help="Largest fileset a personality lays out (default "
+                                                            "256).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands of the first evaluations; "
                                                              "run and record nothing.")] = False,
     trace: Annotated[Optional[Path], typer.Option(help="Admission runner: a trace with per-I/O latency.")] = None,
-    replica_cost_us: Annotated[float, typer.Option(help="Admission runner: cost_us adds this per replica.")] = 0.0,
+    replica_cost_us: Annotated[Optional[float], typer.Option(help="Admission runner: cost_us adds this per "
+                                                                  "replica (default 0).")] = None,
     fix: Annotated[list[str], typer.Option(help="Pin a parameter of the space, name=value.")] = [],  # noqa: B006
     algorithm: Annotated[str, typer.Option(help=f"Search algorithm: {', '.join(ALGORITHMS)}.")] = "random",
     param: Annotated[list[str], typer.Option(help="Algorithm hyperparameter, name=value.")] = [],  # noqa: B006
@@ -93,25 +101,18 @@ def tune(
     as_json: JsonOption = False,
 ) -> None:
     """Run a tuning campaign, or resume one."""
-    options = DeviceOptions(device, tuple(allow_device), workload, engine, runtime, loop_dir, loop_size_mib, fileset_mib)
-    if dry_run:
-        _dry_run(runner, runner_settings(runner, dataset, context, space, command, timeout, metric, options),
-                 algorithm, pairs(param, "--param"), budget, seed)
-        return
-    history = open_history(db)
-    executor = None
-    if parallel > 1:
-        from tuner.executor import ProcessExecutor
-
-        executor = ProcessExecutor(parallel)
-    if resume is not None:
-        campaign = Campaign.resume(history, resume, executor)
-    else:
-        settings = runner_settings(runner, dataset, context, space, command, timeout, metric, options, trace,
-                                   replica_cost_us)
+    if parallel < 1:
+        raise UserError(f"--parallel must be at least 1, not {parallel}")
+    options = dict(dataset=[str(p) for p in dataset], context=pairs(context, "--context"), space=space,
+                   command=command, timeout_s=timeout, device=device, allow_device=allow_device, workload=workload,
+                   engine=engine, runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
+                   fileset_mib=fileset_mib, trace=str(trace) if trace else None, replica_cost_us=replica_cost_us,
+                   metric=metric if runner == "dataset" else None)
+    spec = None
+    if resume is None or dry_run:
         spec = CampaignSpec(
             runner=runner,
-            runner_settings=settings,
+            runner_settings=runner_settings(runner, options),
             algorithm=algorithm,
             algorithm_params=pairs(param, "--param"),
             metric=metric,
@@ -119,10 +120,22 @@ def tune(
             budget=budget,
             seed=seed,
             repeats=repeats,
-            batch_size=max(parallel, 1),
+            batch_size=parallel,
             warm_start=warm_start,
             fixed=pairs(fix, "--fix"),
         )
+    if dry_run:
+        _dry_run(spec)
+        return
+    history = open_history(db)
+    executor = None
+    if parallel > 1:
+        from tuner.executor import ProcessExecutor
+
+        executor = ProcessExecutor(parallel)
+    if spec is None:
+        campaign = Campaign.resume(history, resume, executor)
+    else:
         campaign = Campaign.create(history, spec, executor=executor)
     record = campaign.record
     done = campaign.summary().evaluated
@@ -135,25 +148,27 @@ def tune(
 DRY_RUN_EVALUATIONS = 3
 
 
-def _dry_run(runner_name: str, settings: dict[str, Any], algorithm: str, params: dict[str, str], budget: int,
-             seed: int) -> None:
-    """Print the commands of the first evaluations a campaign would make. Nothing is run or recorded."""
+def _dry_run(spec: CampaignSpec) -> None:
+    """Print the commands of the first evaluations the campaign would make, through the same checks
+    and loop as the real campaign. Nothing is run or recorded."""
     from runners import runner_class
-    from tuner import make_tuner
+    from tuner.campaign import dry_run
 
-    cls = runner_class(runner_name)
+    cls = runner_class(spec.runner)
     if "dry_run" not in inspect.signature(cls).parameters:
-        raise UserError(f"--dry-run is for the device runner; the {runner_name} runner changes nothing anyway")
-    runner = cls(**settings, dry_run=True, echo=literal)
-    tuner = make_tuner(algorithm, runner.space, seed=seed, direction="max", params=params)
-    for k, config in enumerate(tuner.ask(min(budget, DRY_RUN_EVALUATIONS)), start=1):
-        console.print(f"[bold]# evaluation {k}: {escape(format_config(config))}[/]")
-        runner.run(config, runner.workload, seed=seed)
-        tuner.tell(config, None, Status.FAILED)
-    console.print("[bold]# teardown[/]")
-    runner.close()
-    console.print(f"dry run: the commands of the first {min(budget, DRY_RUN_EVALUATIONS)} of {budget} evaluations; "
-                  "nothing was run or recorded")
+        raise UserError(f"--dry-run is for the device runner; the {spec.runner} runner changes nothing anyway")
+    runner = make_runner(spec.runner, spec.runner_settings, dry_run=True, echo=literal)
+
+    def announce(number: int, config: Config) -> None:
+        console.print(f"[bold]# evaluation {number + 1}: {escape(format_config(config))}[/]")
+
+    try:
+        shown = dry_run(spec, runner, DRY_RUN_EVALUATIONS, on_start=announce)
+    finally:
+        console.print("[bold]# teardown[/]")
+        runner.close()
+    console.print(f"dry run: the commands of the first {shown} of {spec.budget} evaluations"
+                  f"{f', {spec.repeats} repeats each' if spec.repeats > 1 else ''}; nothing was run or recorded")
 
 
 def _print_summary(summary: CampaignSummary, as_json: bool) -> None:
@@ -213,7 +228,7 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
     }
     rank = None
     if record.runner == "dataset":  # a replayed table knows the ground truth
-        table = make_runner(record.runner, **record.runner_settings).table
+        table = make_runner(record.runner, record.runner_settings).table
         rank = table_rank(Config(top.config), table.means(record.objective_metric), record.objective_direction)
         result["table_rank"] = rank.to_dict() if rank else None
     if as_json:
@@ -250,7 +265,7 @@ def check(
 ) -> None:
     """Validate a configuration: the canonical form, or which parameter is wrong and what it allows."""
     if dataset:
-        runner = make_runner("dataset", **runner_settings("dataset", dataset, context, None, None, 0, metric))
+        runner = make_runner("dataset", table_settings(dataset, context, metric))
         target = runner.space
     elif space:
         target, runner = load_space(space), None
@@ -281,8 +296,7 @@ def spaces(
 ) -> None:
     """The search spaces and their parameters."""
     if dataset:
-        settings = runner_settings("dataset", dataset, context, None, None, 0, metric)
-        runner = make_runner("dataset", **settings)
+        runner = make_runner("dataset", table_settings(dataset, context, metric))
         console.print(render.space_table(runner.space))
         return
     for space_name in [name] if name else list_spaces():

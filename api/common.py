@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -11,7 +10,7 @@ import typer
 from rich.console import Console
 
 from api.settings import Settings
-from runners import RUNNERS
+from runners import RunnerSettings, parse_settings, settings_model
 from tuner import History
 
 # Piped output (files, CI logs) gets wide tables instead of rich's 80-column default.
@@ -42,46 +41,30 @@ def pairs(items: list[str], option: str) -> dict[str, str]:
     return pairs
 
 
-@dataclass(frozen=True)
-class DeviceOptions:
-    """The tune options of the device runner."""
-
-    device: str = "loop"
-    allow_device: tuple[str, ...] = ()
-    workload: str = "fileserver"
-    engine: str = "fio"
-    runtime: float = 10.0
-    loop_dir: str = "/var/tmp/storetune"
-    loop_size_mib: int = 1024
-    fileset_mib: int = 256
-
-    def settings(self, space: str | None, timeout: float | None) -> dict[str, Any]:
-        return dict(space=space or "storage_v2", workload=self.workload, device=self.device,
-                    allow_device=list(self.allow_device), engine=self.engine, runtime_s=self.runtime,
-                    timeout_s=timeout, loop_dir=self.loop_dir, loop_size_mib=self.loop_size_mib,
-                    fileset_mib=self.fileset_mib)
+# Runner options of the command line whose flag is not the setting's name.
+FLAGS = {"timeout_s": "--timeout", "runtime_s": "--runtime"}
+# Options every runner takes that are not runner settings (the campaign's objective).
+CAMPAIGN_OPTIONS = ("metric",)
 
 
-def runner_settings(runner: str, dataset: list[Path], context: list[str], space: str | None,
-                    command: str | None, timeout: float | None, metric: str | None,
-                    device: DeviceOptions | None = None, trace: Path | None = None,
-                    replica_cost_us: float = 0.0) -> dict[str, Any]:
-    """The keyword arguments of the runner's constructor, from the command line's options."""
-    if runner == "dataset":
-        if not dataset:
-            raise UserError("--runner dataset needs --dataset PATH (a CSV table or a folder of them)")
-        return {"dataset": [str(p) for p in dataset], "context": pairs(context, "--context"), "metric": metric}
-    if runner == "command":
-        if not command or not space:
-            raise UserError("--runner command needs --command 'CMD ...' and --space NAME")
-        return {"command": command, "space": space, "timeout_s": timeout or 3600.0}
-    if runner == "device":
-        return (device or DeviceOptions()).settings(space, timeout)
-    if runner == "admission":
-        if trace is None:
-            raise UserError("--runner admission needs --trace PATH (a trace with per-I/O latency)")
-        return {"trace": str(trace), "space": space or "admission", "replica_cost_us": replica_cost_us}
-    raise UserError(f"unknown runner {runner!r}; known: {', '.join(RUNNERS)}")
+def runner_settings(runner: str, options: dict[str, Any]) -> RunnerSettings:
+    """The runner's settings model from the command line's runner options (named as the settings
+    are): the options given are validated by the runner's own model, the rest take its defaults;
+    an option the runner does not take is refused by its flag."""
+    model = settings_model(runner)
+    given = {k: v for k, v in options.items() if v not in (None, [], (), {})}
+    stray = [k for k in given if k not in model.model_fields and k not in CAMPAIGN_OPTIONS]
+    if stray:
+        flag = FLAGS.get(stray[0], "--" + stray[0].replace("_", "-"))
+        takes = ", ".join(FLAGS.get(k, "--" + k.replace("_", "-")) for k in model.model_fields)
+        raise UserError(f"{flag} does not apply to the {runner} runner; it takes {takes}")
+    return parse_settings(runner, {k: v for k, v in given.items() if k in model.model_fields})
+
+
+def table_settings(dataset: list[Path], context: list[str], metric: str | None) -> RunnerSettings:
+    """The dataset runner's settings, for the commands that read a table (check, spaces, compare)."""
+    return runner_settings("dataset", {"dataset": [str(p) for p in dataset], "context": pairs(context, "--context"),
+                                       "metric": metric})
 
 
 def literal(line: str) -> None:

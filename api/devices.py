@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from api.common import DbOption, JsonOption, console, err, literal, open_history
+from api.common import DbOption, JsonOption, console, err, literal, open_history, runner_settings
 from api.progress import CampaignProgress
 from tuner import Campaign
 
@@ -70,10 +70,11 @@ def sweep(
     from runners.device.personalities import PERSONALITIES
     from tuner.sweep import SweepSpec, run_sweep, workloads_of
 
-    spec = SweepSpec(out=out, workloads=workloads_of(workloads, list(PERSONALITIES)), space=space, device=device,
-                     allow_device=tuple(allow_device), engine=engine, runtime_s=runtime, repeats=repeats,
-                     per_stratum=per_stratum, seed=seed, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
-                     fileset_mib=fileset_mib, command=["storetune", *sys.argv[1:]])
+    settings = runner_settings("device", dict(space=space, device=device, allow_device=allow_device, engine=engine,
+                                              runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
+                                              fileset_mib=fileset_mib))
+    spec = SweepSpec(out=out, device=settings, workloads=workloads_of(workloads, list(PERSONALITIES)),
+                     repeats=repeats, per_stratum=per_stratum, seed=seed, command=["storetune", *sys.argv[1:]])
     history = open_history(db)
     state: dict[str, Any] = {}
 

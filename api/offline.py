@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from api import render
-from api.common import DbOption, JsonOption, console, err, open_history, runner_settings
+from api.common import DbOption, JsonOption, console, err, open_history, table_settings
 from api.export import write_comparison
 from api.progress import ComparisonProgress
 from tuner import SEARCH_ALGORITHMS
@@ -38,7 +38,7 @@ def compare(
 
     history = open_history(db)
     spec = CompareSpec(
-        runner_settings=runner_settings("dataset", dataset, context, None, None, 0, metric),
+        runner_settings=table_settings(dataset, context, metric),
         variants=tuple(Variant.parse_list(algorithms)),
         seeds=seeds, budget=budget, within=within, repeats=repeats, metric=metric,
         direction=direction, first_seed=first_seed,

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from search_spaces import SearchSpace, format_config
 from tuner import CampaignSummary, best_trial
-from tuner.models import CampaignRecord, TrialRecord
+from tuner.views import CampaignView, TrialView
 
 
 def space_table(space: SearchSpace) -> Table:
@@ -28,7 +28,7 @@ def space_table(space: SearchSpace) -> Table:
     return table
 
 
-def campaigns_table(records: Sequence[CampaignRecord]) -> Table:
+def campaigns_table(records: Sequence[CampaignView]) -> Table:
     table = Table(title="campaigns", title_justify="left")
     for column in ("id", "created", "state", "algorithm", "space", "workload", "objective", "budget", "seed"):
         table.add_column(column)
@@ -47,7 +47,7 @@ def campaigns_table(records: Sequence[CampaignRecord]) -> Table:
     return table
 
 
-def trials_table(record: CampaignRecord, trials: Sequence[TrialRecord]) -> Table:
+def trials_table(record: CampaignView, trials: Sequence[TrialView]) -> Table:
     best = best_trial(trials, record.objective_direction)
     title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}, {record.objective_direction} {record.objective_metric}"
     table = Table(title=title, title_justify="left")

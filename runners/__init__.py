@@ -6,9 +6,14 @@ Runners are registered by name and imported lazily, so that importing this packa
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
-from runners.base import Direction, Measurement, Runner, Status, Workload, guess_direction, host_environment
+from runners.base import (
+    Direction, Measurement, Runner, RunnerBase, Status, Workload, guess_direction, host_environment, raised,
+)
+from runners.settings import SETTINGS, RunnerSettings, parse_settings, settings_model
 
 RUNNERS = {
     "dataset": "runners.dataset:DatasetRunner",
@@ -26,9 +31,22 @@ def runner_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_runner(name: str, **settings: Any) -> Runner:
-    """Build the runner ``name`` from its settings (what ``Runner.settings()`` returned)."""
-    return runner_class(name)(**settings)
+def make_runner(name: str, settings: RunnerSettings | Mapping[str, Any] | None = None, **fields: Any) -> Runner:
+    """Build the runner ``name`` from its settings (a model, a mapping, or keyword fields: what
+    ``Runner.settings()`` returned). Fields that are not settings are options of the constructor
+    (the device runner's ``dry_run`` and ``echo``); anything else is refused by name."""
+    model = settings_model(name)
+    values = dict(settings or {}) if not isinstance(settings, RunnerSettings) else settings
+    options = {k: v for k, v in fields.items() if k not in model.model_fields}
+    if isinstance(values, dict):
+        values.update({k: v for k, v in fields.items() if k in model.model_fields})
+    cls = runner_class(name)
+    accepted = set(inspect.signature(cls).parameters) - {"settings"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ValueError(f"{name} runner: {unknown[0]}: not a setting of this runner; "
+                         f"its settings: {', '.join(model.model_fields)}")
+    return cls(parse_settings(name, values), **options)
 
 
 __all__ = [
@@ -36,10 +54,16 @@ __all__ = [
     "Direction",
     "Measurement",
     "Runner",
+    "RunnerBase",
+    "RunnerSettings",
+    "SETTINGS",
     "Status",
     "Workload",
     "guess_direction",
     "host_environment",
     "make_runner",
+    "parse_settings",
+    "raised",
+    "settings_model",
     "runner_class",
 ]

@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from search_spaces import Config, SearchSpace
+from search_spaces import Config, InvalidConfig, SearchSpace
+from search_spaces.status import Direction, Status
 
-Direction = Literal["min", "max"]
-
-
-class Status(str, Enum):
-    """The state of a trial, and the outcome of one measurement (the terminal ones)."""
-
-    PENDING = "PENDING"  # asked, not started
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"  # the benchmark or the tools crashed
-    INVALID = "INVALID"  # the configuration is refused: outside the space, not in the table, rejected by mkfs
-    TIMEOUT = "TIMEOUT"
-    STALE = "STALE"  # was RUNNING when its driver died; re-run on resume, never counted
-
-    @property
-    def terminal(self) -> bool:
-        """A finished evaluation, which counts towards the budget."""
-        return self in (Status.SUCCEEDED, Status.FAILED, Status.INVALID, Status.TIMEOUT)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -87,6 +71,50 @@ class Runner(Protocol):
     def close(self) -> None:
         """Release what the runner holds (a loop device); it may be used again afterwards."""
         ...
+
+
+def raised(runner: str, error: BaseException) -> Measurement:
+    """The FAILED measurement of a runner that raised instead of returning its failure."""
+    log.error("runner %s raised", runner, exc_info=error)
+    return Measurement.failed(Status.FAILED, f"runner raised {type(error).__name__}: {error}")
+
+
+class RunnerBase:
+    """What the runners share, written once: ``run`` validates the configuration against the space
+    (INVALID with the space's words) and turns an exception of ``measure`` into a FAILED
+    measurement, so that a runner implements only ``measure`` and never raises out of a campaign.
+
+    A runner is built from its settings model (runners/settings.py); ``settings()`` gives back what
+    rebuilds it with ``make_runner`` (on resume, and in worker processes).
+    """
+
+    name: ClassVar[str]
+    exclusive: ClassVar[bool] = False  # owns a disk: measurements must not run beside each other
+    space: SearchSpace
+    workload: Workload
+
+    def __init__(self, settings: Any):
+        self._settings = settings
+
+    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+        try:
+            config = self.space.validate(config)
+        except InvalidConfig as e:
+            return Measurement.failed(Status.INVALID, str(e))
+        try:
+            return self.measure(config, workload, seed=seed)
+        except Exception as e:  # a crash is data about the configuration: keep the trial, say why
+            return raised(self.name, e)
+
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+        """Measure a configuration already validated against the space."""
+        raise NotImplementedError
+
+    def settings(self) -> dict[str, Any]:
+        return self._settings.model_dump(mode="json")
+
+    def close(self) -> None:
+        """Release what the runner holds; nothing by default."""
 
 
 # Metric names and the direction that is better, by substring; the first match wins.

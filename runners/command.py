@@ -18,24 +18,27 @@ import subprocess
 import time
 from typing import Any, ClassVar
 
-from runners.base import Direction, Measurement, Status, Workload, host_environment
-from search_spaces import Config, InvalidConfig, load_space
+from runners.base import Direction, Measurement, RunnerBase, Status, Workload, host_environment
+from runners.settings import CommandSettings
+from search_spaces import Config, load_space
 
 INVALID_EXIT_STATUS = 77
 STDERR_TAIL = 500  # characters of stderr kept as the reason of a failure
 
 
-class CommandRunner:
+class CommandRunner(RunnerBase):
     name: ClassVar[str] = "command"
 
-    def __init__(self, command: str, space: str, timeout_s: float = 3600.0, workload: str | None = None):
+    def __init__(self, settings: CommandSettings):
+        super().__init__(settings)
+        command = settings.command
         self.argv = shlex.split(command)
         if not self.argv:
             raise ValueError("--command is empty")
         self.command = command
-        self.space = load_space(space)
-        self.timeout_s = timeout_s
-        self.workload = Workload("command", workload or os.path.basename(self.argv[0]), {"command": command})
+        self.space = load_space(settings.space)
+        self.timeout_s = settings.timeout_s
+        self.workload = Workload("command", settings.workload or os.path.basename(self.argv[0]), {"command": command})
 
     def metrics(self) -> dict[str, Direction | None]:
         return {}  # whatever the command prints; the campaign names its objective
@@ -48,14 +51,7 @@ class CommandRunner:
             "workload": self.workload.name,
         }
 
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
-        try:
-            config = self.space.validate(config)
-        except InvalidConfig as e:
-            return Measurement.failed(Status.INVALID, str(e))
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         env = {**os.environ, "STORETUNE_CONFIG": json.dumps(config.to_dict()), "STORETUNE_SEED": str(seed)}
         env.update({f"STORETUNE_{k.upper()}": str(v) for k, v in config.items()})
         record = {**host_environment(), "engine": "command", "command": self.command, "seed": seed}

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from runners.base import Direction, Measurement, Status, Workload
+from runners.base import Direction, Measurement, RunnerBase, Status, Workload
+from runners.settings import DatasetSettings
 from runners.tables import Table, load_table
-from search_spaces import Config, InvalidConfig
+from search_spaces import Config
 
 
-class DatasetRunner:
+class DatasetRunner(RunnerBase):
     """The fast, offline environment: each evaluation draws one repeat of the configuration with
     the given seed, which models measurement noise; the mean of the repeats is the ground truth."""
 
     name: ClassVar[str] = "dataset"
 
-    def __init__(
-        self,
-        dataset: str | Path | Sequence[str | Path],
-        context: Mapping[str, Any] | None = None,
-        metric: str | None = None,
-    ):
-        self.table: Table = load_table(dataset, context, metric)
-        self._metric = metric
+    def __init__(self, settings: DatasetSettings):
+        super().__init__(settings)
+        self.table: Table = load_table(settings.dataset, settings.context, settings.metric)
+        self._metric = settings.metric
         self.space = self.table.space
         self.workload: Workload = self.table.workload
 
@@ -40,16 +35,9 @@ class DatasetRunner:
             "metric": self._metric,
         }
 
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         if workload.fingerprint() != self.workload.fingerprint():
             return Measurement.failed(Status.FAILED, f"this runner replays {self.workload.name}, not {workload.name}")
-        try:
-            config = self.space.validate(config)
-        except InvalidConfig as e:
-            return Measurement.failed(Status.INVALID, str(e))
         env = {"engine": "dataset", "dataset": self.table.name, "sha256": self.table.sha256, "seed": seed}
         if config in self.table.outcomes:
             status, reason = self.table.outcomes[config]

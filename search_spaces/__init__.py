@@ -8,18 +8,22 @@ from search_spaces.conditions import Condition
 from search_spaces.config import Config, Value, config_hash, format_config
 from search_spaces.parameter import InvalidConfig, Kind, Parameter
 from search_spaces.space import Forbidden, SearchSpace
+from search_spaces.status import Direction, Status, better
 from search_spaces.table import TableSpace, infer_table_space
 
 __all__ = [
     "Condition",
     "Config",
+    "Direction",
     "Forbidden",
     "InvalidConfig",
     "Kind",
     "Parameter",
     "SearchSpace",
+    "Status",
     "TableSpace",
     "Value",
+    "better",
     "config_hash",
     "format_config",
     "infer_table_space",

@@ -10,6 +10,7 @@ import pytest
 
 from runners import make_runner
 from tuner import Campaign, CampaignSpec, History
+from runners.settings import DeviceSettings
 from tuner.sweep import SweepSpec, run_sweep
 
 pytestmark = [
@@ -23,8 +24,9 @@ pytestmark = [
 def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatch):
     monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
     history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")
-    spec = SweepSpec(out=tmp_path / "ds", workloads=("varmail",), space="storage_v1", runtime_s=1, repeats=2,
-                     per_stratum=1, loop_dir=str(tmp_path / "loops"), loop_size_mib=400, fileset_mib=16,
+    device = DeviceSettings(space="storage_v1", runtime_s=1, loop_dir=str(tmp_path / "loops"), loop_size_mib=400,
+                            fileset_mib=16)
+    spec = SweepSpec(out=tmp_path / "ds", device=device, workloads=("varmail",), repeats=2, per_stratum=1,
                      command=["storetune", "sweep", "..."])
     manifest_path = run_sweep(history, spec)
     manifest = json.loads(manifest_path.read_text())

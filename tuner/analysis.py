@@ -7,25 +7,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import inspect
-
 from runners import Status
-from tuner.models import CampaignRecord, TrialRecord
+from search_spaces.status import best_of, better
+from search_spaces.status import loss as to_loss
+from tuner.views import CampaignView, TrialView
 
 
-def trials_by_status(trials: Sequence[TrialRecord]) -> dict[str, int]:
+def trials_by_status(trials: Sequence[TrialView]) -> dict[str, int]:
     """Status -> count, in the order of the Status enum, listing only statuses that occur."""
     counts = Counter(t.status for t in trials)
     return {s.value: counts[s.value] for s in Status if counts[s.value]}
 
 
-def best_trial(trials: Sequence[TrialRecord], direction: str) -> TrialRecord | None:
+def best_trial(trials: Sequence[TrialView], direction: str) -> TrialView | None:
     """The succeeded trial with the best value; ties go to the earliest."""
     scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
     if not scored:
         return None
-    sign = 1.0 if direction == "min" else -1.0
-    return min(scored, key=lambda t: (sign * t.value, t.number))
+    return min(scored, key=lambda t: (to_loss(t.value, direction), t.number))
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class CampaignSummary:
     test_value: float | None = None  # the best configuration on data the search never saw, if any
 
     @classmethod
-    def of(cls, record: CampaignRecord, trials: Sequence[TrialRecord], database: str) -> CampaignSummary:
+    def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:
         best = best_trial(trials, record.objective_direction)
         return cls(
             campaign=record.id,
@@ -73,9 +72,9 @@ class CampaignSummary:
         return dict(self.__dict__)
 
 
-def _held_out(trial: TrialRecord | None, metric: str) -> float | None:
+def _held_out(trial: TrialView | None, metric: str) -> float | None:
     """The mean of the ``test_<metric>`` the runner recorded beside the objective (admission does)."""
-    if trial is None or "measurements" in inspect(trial).unloaded:  # a summary of trials loaded without them
+    if trial is None or trial.measurements is None:  # a summary of trials read without them
         return None
     values = [m.metrics[f"test_{metric}"] for m in trial.measurements if f"test_{metric}" in m.metrics]
     return sum(values) / len(values) if values else None
@@ -100,6 +99,5 @@ def table_rank(config: Mapping[str, Any], means: Mapping[Any, float], direction:
     if mine is None:
         return None
     values = list(means.values())
-    better = sum(1 for v in values if (v < mine if direction == "min" else v > mine))
-    best = min(values) if direction == "min" else max(values)
-    return TableRank(mine, better + 1, len(values), best)
+    ahead = sum(1 for v in values if better(v, mine, direction))
+    return TableRank(mine, ahead + 1, len(values), best_of(values, direction))

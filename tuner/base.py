@@ -19,6 +19,8 @@ import numpy as np
 
 from runners import Direction, Status
 from search_spaces import Config, SearchSpace
+from search_spaces.status import check_direction
+from search_spaces.status import loss as to_loss
 
 
 # Past this many configurations, fresh() stops listing the space when sampling finds nothing new.
@@ -57,8 +59,7 @@ class Tuner(ABC):
         direction: Direction = "min",
         params: Mapping[str, Any] | None = None,
     ):
-        if direction not in ("min", "max"):
-            raise ValueError(f"direction must be 'min' or 'max', not {direction!r}")
+        check_direction(direction)
         self.space = space
         self.seed = seed
         self.direction = direction
@@ -91,7 +92,7 @@ class Tuner(ABC):
             status = Status.FAILED
         loss = None
         if status is Status.SUCCEEDED:
-            loss = float(value) if self.direction == "min" else -float(value)
+            loss = to_loss(value, self.direction)
         observation = Observation(config, loss, status)
         self.observations.append(observation)
         self._told[config] = status

@@ -19,8 +19,8 @@ from search_spaces import Config
 from tuner.analysis import CampaignSummary
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
-from tuner.loop import TrialResult, run_loop, trial_seed
-from tuner.models import CampaignRecord, TrialRecord
+from tuner.loop import MemoryStore, TrialResult, run_loop, trial_seed
+from tuner.views import CampaignView, TrialView
 from tuner.objective import Objective
 from tuner.registry import make_tuner
 
@@ -51,7 +51,7 @@ class Campaign:
     def __init__(
         self,
         history: History,
-        record: CampaignRecord,
+        record: CampaignView,
         runner: Runner,
         objective: Objective,
         executor: Executor | None = None,
@@ -75,11 +75,12 @@ class Campaign:
 
     # --- creating and resuming ------------------------------------------------------------------------
     @classmethod
-    def create(cls, history: History, spec: CampaignSpec, runner: Runner | None = None,
-               executor: Executor | None = None) -> Campaign:
-        """A new campaign. Bad input (unknown algorithm or hyperparameter, a budget the space cannot
-        fill, an unknown metric) raises ValueError before anything is written to the history."""
-        runner = runner or make_runner(spec.runner, **spec.runner_settings)
+    def prepare(cls, spec: CampaignSpec, runner: Runner | None = None,
+                executor: Executor | None = None) -> tuple[Runner, Objective]:
+        """The runner (with the pinned parameters) and objective of ``spec``, after every check a new
+        campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
+        unknown metric raise ValueError. Nothing is written."""
+        runner = runner or make_runner(spec.runner, spec.runner_settings)
         runner.space = runner.space.fix(spec.fixed)  # an unknown parameter or value raises here
         _refuse_parallel_if_exclusive(runner, executor)
         objective = Objective.resolve(runner.metrics(), spec.metric, spec.direction)
@@ -95,6 +96,13 @@ class Campaign:
                 f"use --budget {size} or less"
             )
         make_tuner(spec.algorithm, runner.space, seed=spec.seed, direction=objective.direction, params=spec.algorithm_params)
+        return runner, objective
+
+    @classmethod
+    def create(cls, history: History, spec: CampaignSpec, runner: Runner | None = None,
+               executor: Executor | None = None, *, origin: str = "cli", state: str = "running") -> Campaign:
+        """A new campaign, recorded once ``prepare`` found nothing wrong with it."""
+        runner, objective = cls.prepare(spec, runner, executor)
         record = history.create_campaign(
             space_name=runner.space.name,
             space_fingerprint=runner.space.fingerprint(),
@@ -115,6 +123,8 @@ class Campaign:
             batch_size=spec.batch_size,
             warm_start=spec.warm_start,
             fixed={k: runner.space[k].default for k in spec.fixed},
+            origin=origin,
+            state=state,
         )
         return cls(history, record, runner, objective, executor)
 
@@ -123,7 +133,7 @@ class Campaign:
         """The campaign ``campaign_id``, ready to finish its budget."""
         record = history.campaign(campaign_id)
         _refuse_if_driven_elsewhere(record)
-        runner = make_runner(record.runner, **record.runner_settings)
+        runner = make_runner(record.runner, record.runner_settings)
         runner.space = runner.space.fix(record.fixed)
         _refuse_parallel_if_exclusive(runner, executor)
         if runner.workload.fingerprint() != record.workload_fingerprint:
@@ -135,7 +145,9 @@ class Campaign:
 
     # --- the loop -------------------------------------------------------------------------------------
     def run(self, on_trial: Callable[[TrialResult], None] | None = None) -> CampaignSummary:
-        """Run until the budget is spent or the space is exhausted; returns the summary."""
+        """Run until the budget is spent, the space is exhausted, or a cancel is requested (from the
+        REST API, through the history): then the running trials finish and are recorded, and the
+        campaign is ``cancelled``. Returns the summary."""
         rec, history = self.record, self.history
         history.claim(rec.id, socket.gethostname(), os.getpid())
         history.mark_stale(rec.id, STALE_REASON)
@@ -147,7 +159,7 @@ class Campaign:
                 self.tuner.tell(Config(t.config), t.value, Status(t.status))
         retried = {t.retry_of for t in trials if t.retry_of is not None}
         stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
-        queue: list[TrialRecord] = [t for t in trials if t.status == Status.PENDING.value]
+        queue: list[TrialView] = [t for t in trials if t.status == Status.PENDING.value]
         if stale:
             configs = [Config(t.config) for t in stale]
             queue += history.add_trials(rec.id, configs, [trial_seed(rec.seed, c) for c in configs], [t.id for t in stale])
@@ -166,6 +178,7 @@ class Campaign:
                 queue=queue,
                 executor=self.executor,
                 on_trial=on_trial,
+                stop=lambda: history.cancel_requested(rec.id),
             )
         except KeyboardInterrupt:
             history.mark_stale(rec.id, STALE_REASON)
@@ -174,7 +187,7 @@ class Campaign:
         finally:
             self.runner.close()
             getattr(self.executor, "close", lambda: None)()
-        history.finish_campaign(rec.id, "finished", outcome.note)
+        history.finish_campaign(rec.id, "cancelled" if outcome.stopped else "finished", outcome.note)
         return self.summary()
 
     def summary(self) -> CampaignSummary:
@@ -188,7 +201,7 @@ def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None) -> 
                          "would share one disk and disturb each other's measurements")
 
 
-def _refuse_if_driven_elsewhere(record: CampaignRecord) -> None:
+def _refuse_if_driven_elsewhere(record: CampaignView) -> None:
     """Two drivers on one campaign would count trials twice."""
     if record.state != "running" or record.driver_pid is None or record.driver_pid == os.getpid():
         return
@@ -206,3 +219,18 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True  # cannot tell: err on the side of not driving one campaign twice
     return b"storetune" in cmdline or b"tuner" in cmdline
+
+
+def dry_run(spec: CampaignSpec, runner: Runner, evaluations: int,
+            on_start: Callable[[int, Config], None] | None = None) -> int:
+    """What the first ``evaluations`` of the campaign ``spec`` would do, through the same checks and
+    loop as a real campaign (pinned parameters, repeats, batches), measured by ``runner`` (built
+    with ``dry_run``: it prints its commands and touches nothing) and recorded nowhere. Returns how
+    many evaluations were shown; the caller closes the runner."""
+    runner, objective = Campaign.prepare(spec, runner)
+    tuner = make_tuner(spec.algorithm, runner.space, seed=spec.seed, direction=objective.direction,
+                       params=spec.algorithm_params)
+    budget = min(evaluations, spec.budget)
+    run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=objective, store=MemoryStore(),
+             budget=budget, repeats=spec.repeats, batch_size=spec.batch_size, seed=spec.seed, on_start=on_start)
+    return budget

@@ -17,12 +17,14 @@ import numpy as np
 
 from runners import Runner, Status, make_runner
 from search_spaces import Config
+from search_spaces.status import loss as to_loss
 from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
-from tuner.loop import MemoryStore, MemoryTrial, run_loop
+from tuner.loop import MemoryStore, run_loop
 from tuner.models import utcnow
 from tuner.objective import Objective
+from tuner.views import TrialView
 from tuner.registry import algorithm_target, make_tuner
 
 OVERHEAD_WINDOW = 10  # evaluations averaged for "ask+tell at the budget's end"
@@ -89,7 +91,7 @@ class SeedTask:
 class SeedRun:
     variant: Variant
     seed: int
-    trials: list[MemoryTrial]
+    trials: list[TrialView]
     overhead_s: list[float]
     diversity: list[float] | None = None
     campaign_id: int | None = None
@@ -102,14 +104,14 @@ def run_seed(task: SeedTask) -> SeedRun:
     """One seeded campaign of one variant, in memory (runs in a worker process)."""
     key = json.dumps(task.runner_settings, sort_keys=True, default=str)
     if key not in _RUNNERS:
-        _RUNNERS[key] = make_runner("dataset", **task.runner_settings)
+        _RUNNERS[key] = make_runner("dataset", task.runner_settings)
     runner = _RUNNERS[key]
     tuner = make_tuner(task.variant.algorithm, runner.space, seed=task.seed, direction=task.objective.direction,
                        params=dict(task.variant.params), target=task.target)
     store = MemoryStore()
     outcome = run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=task.objective, store=store,
                        budget=task.budget, repeats=task.repeats, batch_size=1, seed=task.seed)
-    return SeedRun(task.variant, task.seed, store.trials, outcome.overhead_s, getattr(tuner, "diversity", None))
+    return SeedRun(task.variant, task.seed, store.trials(measurements=True), outcome.overhead_s, getattr(tuner, "diversity", None))
 
 
 class Comparison:
@@ -127,7 +129,7 @@ class Comparison:
         for name, value in (("seeds", spec.seeds), ("budget", spec.budget), ("repeats", spec.repeats)):
             if value < 1:
                 raise ValueError(f"--{name} must be at least 1, not {value}")
-        runner = make_runner("dataset", **spec.runner_settings)
+        runner = make_runner("dataset", spec.runner_settings)
         size = runner.space.cardinality()
         if spec.budget > size:
             raise ValueError(
@@ -237,8 +239,7 @@ class Comparison:
         scored = [t for t in run.trials if t.status == Status.SUCCEEDED.value and t.value is not None]
         if not scored:
             return math.nan
-        sign = 1 if self.objective.direction == "min" else -1
-        best = min(scored, key=lambda t: sign * t.value)
+        best = min(scored, key=lambda t: to_loss(t.value, self.objective.direction))
         return self.means.get(Config(best.config), math.nan)
 
 

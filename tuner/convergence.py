@@ -13,18 +13,20 @@ import numpy as np
 from scipy.stats import hypergeom
 
 from search_spaces import Config
+from search_spaces.status import best_of
 
 
 def near_optimal(means: Mapping[Config, float], direction: str, within: float = 0.99) -> set[Config]:
     """The configurations whose table mean is within ``within`` of the best one."""
     if not 0 < within <= 1:
         raise ValueError(f"--within must be in (0, 1], not {within}")
-    values = np.array(list(means.values()))
-    if direction == "max":
-        best = values.max()
-        return {c for c, v in means.items() if v >= within * best}
-    best = values.min()
-    return {c for c, v in means.items() if v <= best / within}
+    best = best_of(list(means.values()), direction)
+    return {c for c, v in means.items() if within_of_best(v, best, direction, within)}
+
+
+def within_of_best(value: float, best: float, direction: str, within: float) -> bool:
+    """Is ``value`` near-optimal: at least ``within`` x ``best`` (max), at most ``best`` / ``within`` (min)?"""
+    return value >= within * best if direction == "max" else value <= best / within
 
 
 def evaluations_to_hit(evaluated: Sequence[Config], targets: set[Config]) -> int | None:

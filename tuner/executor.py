@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from runners import Measurement, Runner, Status, Workload
+from runners import Measurement, Runner, Status, Workload, raised
 from search_spaces import Config
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,10 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
     """Run the job's repeats, stopping at the first that does not succeed."""
     out: list[Measurement] = []
     for repeat, seed in enumerate(job.seeds):
-        try:
+        try:  # RunnerBase.run never raises; a runner that only follows the protocol may
             m = runner.run(job.config, workload, seed=seed)
-        except Exception as e:  # a runner that raises broke its contract: keep the trial as data, and say so
-            log.exception("runner %s raised on trial %s", runner.name, job.trial_id)
-            m = Measurement.failed(Status.FAILED, f"runner raised {type(e).__name__}: {e}")
+        except Exception as e:
+            m = raised(runner.name, e)
         if record is not None:
             record(job, repeat, m)
         out.append(m)
@@ -151,5 +150,5 @@ def _measure_in_worker(task: tuple[str, dict, Workload, Job]) -> tuple[Job, list
     name, settings, workload, job = task
     key = f"{name}:{sorted(settings.items())!r}"
     if key not in _WORKER_RUNNERS:
-        _WORKER_RUNNERS[key] = make_runner(name, **settings)
+        _WORKER_RUNNERS[key] = make_runner(name, settings)
     return job, measure(_WORKER_RUNNERS[key], workload, job)

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 from runners import Measurement, Status
 from search_spaces import Config, config_hash
 from tuner.models import CampaignRecord, ComparisonRecord, MeasurementRecord, TrialRecord, utcnow
+from tuner.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -40,22 +41,38 @@ class History:
         self.engine.dispose()
 
     # --- campaigns --------------------------------------------------------------------------------
-    def create_campaign(self, **fields: Any) -> CampaignRecord:
+    def create_campaign(self, state: str = "running", **fields: Any) -> CampaignView:
         with self.session() as s, s.begin():
-            record = CampaignRecord(state="running", **fields)
+            record = CampaignRecord(state=state, **fields)
             s.add(record)
-        return record
+            s.flush()
+            return view(CampaignView, record)
 
-    def campaign(self, campaign_id: int) -> CampaignRecord:
+    def campaign(self, campaign_id: int) -> CampaignView:
         with self.session() as s:
             record = s.get(CampaignRecord, campaign_id)
-        if record is None:
-            raise LookupError(f"no campaign {campaign_id} in {self.url}")
-        return record
+            if record is None:
+                raise LookupError(f"no campaign {campaign_id} in {self.url}")
+            return view(CampaignView, record)
 
-    def campaigns(self) -> list[CampaignRecord]:
+    def campaigns(self, *, offset: int = 0, limit: int | None = None, origin: str | None = None,
+                  states: Sequence[str] = ()) -> list[CampaignView]:
+        query = self._campaign_filter(select(CampaignRecord), origin, states).order_by(CampaignRecord.id)
         with self.session() as s:
-            return list(s.scalars(select(CampaignRecord).order_by(CampaignRecord.id)))
+            return [view(CampaignView, r) for r in s.scalars(query.offset(offset).limit(limit))]
+
+    def count_campaigns(self, *, origin: str | None = None, states: Sequence[str] = ()) -> int:
+        query = self._campaign_filter(select(func.count(CampaignRecord.id)), origin, states)
+        with self.session() as s:
+            return int(s.scalar(query) or 0)
+
+    @staticmethod
+    def _campaign_filter(query: Any, origin: str | None, states: Sequence[str]) -> Any:
+        if origin is not None:
+            query = query.where(CampaignRecord.origin == origin)
+        if states:
+            query = query.where(CampaignRecord.state.in_(list(states)))
+        return query
 
     def claim(self, campaign_id: int, host: str, pid: int) -> None:
         """Record which process drives the campaign now."""
@@ -63,6 +80,21 @@ class History:
 
     def finish_campaign(self, campaign_id: int, state: str, note: str | None = None) -> None:
         self._update_campaign(campaign_id, state=state, note=note, finished_at=utcnow() if state == "finished" else None)
+
+    def transition(self, campaign_id: int, from_states: Sequence[str], **values: Any) -> bool:
+        """Change the campaign only if its state is one of ``from_states``, atomically (two service
+        processes, or a request and a worker, never both win); returns whether it changed."""
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(CampaignRecord)
+                .where(CampaignRecord.id == campaign_id, CampaignRecord.state.in_(list(from_states)))
+                .values(**values)
+            )
+            return bool(result.rowcount)
+
+    def cancel_requested(self, campaign_id: int) -> bool:
+        with self.session() as s:
+            return bool(s.scalar(select(CampaignRecord.cancel_requested).where(CampaignRecord.id == campaign_id)))
 
     def extend_campaign(self, campaign_id: int, budget: int, algorithm_params: dict[str, Any]) -> None:
         """A larger budget (and the parameters that make the algorithm fill it): a finished grid
@@ -76,7 +108,7 @@ class History:
         with self.session() as s, s.begin():
             s.execute(update(CampaignRecord).where(CampaignRecord.id == campaign_id).values(**values))
 
-    def prior_observations(self, campaign: CampaignRecord) -> list[tuple[dict[str, Any], float | None, Status]]:
+    def prior_observations(self, campaign: CampaignView) -> list[tuple[dict[str, Any], float | None, Status]]:
         """What earlier campaigns measured on the same space, workload and device: one entry per
         configuration (the mean of its succeeded trials, else its last outcome), for warm starts."""
         query = (
@@ -105,29 +137,60 @@ class History:
                 out.append((rows[-1][0], None, Status(rows[-1][1])))
         return out
 
-    # --- comparisons --------------------------------------------------------------------------------
-    def create_comparison(self, **fields: Any) -> ComparisonRecord:
+    # --- comparisons ------------------------------------------------------------------------------
+    def create_comparison(self, state: str = "running", **fields: Any) -> ComparisonView:
         with self.session() as s, s.begin():
-            record = ComparisonRecord(state="running", **fields)
+            record = ComparisonRecord(state=state, **fields)
             s.add(record)
-        return record
+            s.flush()
+            return view(ComparisonView, record)
 
-    def finish_comparison(self, comparison_id: int, state: str, results: dict[str, Any] | None) -> None:
+    def finish_comparison(self, comparison_id: int, state: str, results: dict[str, Any] | None,
+                          note: str | None = None) -> None:
         with self.session() as s, s.begin():
             s.execute(
                 update(ComparisonRecord)
                 .where(ComparisonRecord.id == comparison_id)
-                .values(state=state, results=results, finished_at=utcnow() if state == "finished" else None)
+                .values(state=state, results=results, note=note,
+                        finished_at=utcnow() if state == "finished" else None)
             )
 
-    def comparison(self, comparison_id: int) -> ComparisonRecord:
+    def transition_comparison(self, comparison_id: int, from_states: Sequence[str], **values: Any) -> bool:
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(ComparisonRecord)
+                .where(ComparisonRecord.id == comparison_id, ComparisonRecord.state.in_(list(from_states)))
+                .values(**values)
+            )
+            return bool(result.rowcount)
+
+    def comparison(self, comparison_id: int) -> ComparisonView:
         with self.session() as s:
             record = s.get(ComparisonRecord, comparison_id)
-        if record is None:
-            raise LookupError(f"no comparison {comparison_id} in {self.url}")
-        return record
+            if record is None:
+                raise LookupError(f"no comparison {comparison_id} in {self.url}")
+            return view(ComparisonView, record)
 
-    def write_campaign(self, fields: dict[str, Any], trials: Sequence[Any]) -> int:
+    def comparisons(self, *, offset: int = 0, limit: int | None = None, origin: str | None = None,
+                    states: Sequence[str] = ()) -> list[ComparisonView]:
+        query = select(ComparisonRecord).order_by(ComparisonRecord.id)
+        if origin is not None:
+            query = query.where(ComparisonRecord.origin == origin)
+        if states:
+            query = query.where(ComparisonRecord.state.in_(list(states)))
+        with self.session() as s:
+            return [view(ComparisonView, r) for r in s.scalars(query.offset(offset).limit(limit))]
+
+    def count_comparisons(self) -> int:
+        with self.session() as s:
+            return int(s.scalar(select(func.count(ComparisonRecord.id))) or 0)
+
+    def comparison_campaigns(self, comparison_id: int) -> list[CampaignView]:
+        with self.session() as s:
+            query = select(CampaignRecord).where(CampaignRecord.comparison_id == comparison_id).order_by(CampaignRecord.id)
+            return [view(CampaignView, r) for r in s.scalars(query)]
+
+    def write_campaign(self, fields: dict[str, Any], trials: Sequence[TrialView]) -> int:
         """A finished campaign with all its trials and measurements, in one transaction (the
         offline comparison runs its campaigns in memory and records each as it completes)."""
         with self.session() as s, s.begin():
@@ -142,25 +205,41 @@ class History:
             if rows:
                 ids = s.scalars(insert(TrialRecord).returning(TrialRecord.id, sort_by_parameter_order=True), rows).all()
                 measurements = [
-                    dict(trial_id=i, repeat=r, status=m.status.value, reason=m.reason, metrics=dict(m.metrics),
+                    dict(trial_id=i, repeat=m.repeat, status=m.status, reason=m.reason, metrics=dict(m.metrics),
                          env=dict(m.env), duration_s=m.duration_s)
-                    for i, t in zip(ids, trials) for r, m in enumerate(t.measurements)
+                    for i, t in zip(ids, trials) for m in (t.measurements or ())
                 ]
                 if measurements:
                     s.execute(insert(MeasurementRecord), measurements)
             return record.id
 
     # --- trials -----------------------------------------------------------------------------------
-    def trials(self, campaign_id: int, *, measurements: bool = False) -> list[TrialRecord]:
+    def trials(self, campaign_id: int, *, measurements: bool = False, offset: int = 0,
+               limit: int | None = None) -> list[TrialView]:
+        """The campaign's trials in the order they were asked (a page of them with offset/limit)."""
         query = select(TrialRecord).where(TrialRecord.campaign_id == campaign_id).order_by(TrialRecord.number)
         if measurements:
             query = query.options(selectinload(TrialRecord.measurements))
         with self.session() as s:
-            return list(s.scalars(query))
+            return [_trial_view(t, measurements) for t in s.scalars(query.offset(offset).limit(limit))]
+
+    def count_trials(self, campaign_id: int) -> int:
+        with self.session() as s:
+            return int(s.scalar(select(func.count(TrialRecord.id)).where(TrialRecord.campaign_id == campaign_id)) or 0)
+
+    def trial(self, campaign_id: int, number: int) -> TrialView:
+        """Trial ``number`` of the campaign, with every repeat's measurement."""
+        query = (select(TrialRecord).where(TrialRecord.campaign_id == campaign_id, TrialRecord.number == number)
+                 .options(selectinload(TrialRecord.measurements)))
+        with self.session() as s:
+            record = s.scalar(query)
+            if record is None:
+                raise LookupError(f"campaign {campaign_id} has no trial {number}")
+            return _trial_view(record, True)
 
     def add_trials(
         self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int], retry_of: Iterable[int | None] = ()
-    ) -> list[TrialRecord]:
+    ) -> list[TrialView]:
         """New PENDING trials, numbered after the campaign's last one."""
         retries = list(retry_of) or [None] * len(configs)
         with self.session() as s, s.begin():
@@ -179,7 +258,8 @@ class History:
                 for i, (config, seed, retry) in enumerate(zip(configs, seeds, retries))
             ]
             s.add_all(records)
-        return records
+            s.flush()
+            return [_trial_view(r, False) for r in records]
 
     def start_trials(self, trial_ids: Sequence[int]) -> None:
         with self.session() as s, s.begin():
@@ -211,7 +291,7 @@ class History:
                 .values(status=status.value, value=value, reason=reason, finished_at=utcnow())
             )
 
-    def mark_stale(self, campaign_id: int, reason: str) -> list[TrialRecord]:
+    def mark_stale(self, campaign_id: int, reason: str) -> list[TrialView]:
         """Trials left RUNNING by a driver that died become STALE; returns them."""
         running = [t for t in self.trials(campaign_id) if t.status == Status.RUNNING.value]
         if running:
@@ -222,6 +302,11 @@ class History:
                     .values(status=Status.STALE.value, reason=reason, finished_at=utcnow())
                 )
         return running
+
+
+def _trial_view(record: TrialRecord, measurements: bool) -> TrialView:
+    ms = tuple(view(MeasurementView, m) for m in record.measurements) if measurements else None
+    return view(TrialView, record, measurements=ms)
 
 
 def make_engine(url: str) -> Engine:

@@ -4,39 +4,21 @@ history) and by the offline comparison (recorded in memory in a worker process, 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from runners import Measurement, Runner, Status
 from search_spaces import Config, config_hash
+from search_spaces.status import loss as to_loss
 from tuner.base import Tuner
 from tuner.executor import Executor, Job, LocalExecutor, repeat_seeds
 from tuner.objective import Objective
-
-
-class TrialLike(Protocol):
-    id: int
-    number: int
-    config: dict[str, Any]
-    seed: int
-
-
-class TrialStore(Protocol):
-    """Where the loop records trials: the SQL history, or memory."""
-
-    def add_trials(
-        self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int], retry_of: Sequence[int | None] = ()
-    ) -> list[TrialLike]: ...
-
-    def start_trials(self, trial_ids: Sequence[int]) -> None: ...
-
-    def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None: ...
-
-    def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None: ...
+from tuner.views import MeasurementView, TrialStore, TrialView
 
 
 @dataclass(frozen=True)
@@ -58,6 +40,7 @@ class TrialResult:
 class LoopOutcome:
     evaluated: int
     note: str | None = None  # why the loop stopped before the budget
+    stopped: bool = False  # ``stop`` asked the loop to drain (a cancel)
     overhead_s: list[float] = field(default_factory=list)  # the algorithm's ask+tell time per evaluation
 
 
@@ -79,12 +62,16 @@ def run_loop(
     batch_size: int,
     seed: int,
     evaluated: int = 0,
-    queue: Sequence[TrialLike] = (),
+    queue: Sequence[TrialView] = (),
     executor: Executor | None = None,
     on_trial: Callable[[TrialResult], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    on_start: Callable[[int, Config], None] | None = None,
 ) -> LoopOutcome:
     """Spend the budget: ``queue`` holds trials to measure before asking for new ones (those
-    pending or re-run after a crash), ``evaluated`` the finished trials that already count."""
+    pending or re-run after a crash), ``evaluated`` the finished trials that already count.
+    ``stop`` is asked before every batch: when it says yes, the loop drains (the trials already
+    measured are recorded; none is started) and returns with ``stopped`` set."""
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated)
     queue = list(queue)
@@ -93,6 +80,10 @@ def run_loop(
         store.add_measurement(job.trial_id, repeat, m)
 
     while outcome.evaluated < budget:
+        if stop is not None and stop():
+            outcome.stopped = True
+            outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
+            break
         ask_share = 0.0
         if not queue:
             started = time.perf_counter()
@@ -106,6 +97,9 @@ def run_loop(
         store.start_trials([t.id for t in batch])
         jobs = [Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats)) for t in batch]
         numbers = {t.id: t.number for t in batch}
+        if on_start is not None:
+            for t in batch:
+                on_start(t.number, Config(t.config))
         for job, measurements in executor.run(runner, runner.workload, jobs, record):
             status, value, reason = objective.outcome(measurements)
             store.finish_trial(job.trial_id, status, value, reason)
@@ -115,7 +109,7 @@ def run_loop(
             outcome.evaluated += 1
             if on_trial is not None:
                 best = tuner.best
-                best_value = None if best is None else (best.loss if objective.direction == "min" else -best.loss)
+                best_value = None if best is None else to_loss(best.loss, objective.direction)
                 duration = sum(m.duration_s for m in measurements)
                 on_trial(TrialResult(numbers[job.trial_id], job.config, status, value, reason, duration,
                                      outcome.evaluated, budget, best_value))
@@ -123,41 +117,45 @@ def run_loop(
 
 
 @dataclass
-class MemoryTrial:
-    id: int
-    number: int
-    config: dict[str, Any]
-    config_hash: str
-    seed: int
-    status: str = Status.PENDING.value
-    value: float | None = None
-    reason: str | None = None
-    retry_of: int | None = None
-    measurements: list[Measurement] = field(default_factory=list)
+class _MemoryTrial:
+    view: TrialView
+    measurements: list[MeasurementView] = field(default_factory=list)
 
 
 class MemoryStore:
-    """Trials kept in memory, for loops whose history is written in one go at the end."""
+    """Trials kept in memory, for loops whose history is written in one go at the end (the
+    offline comparison's seeds). It hands out the same views as the SQL history."""
 
     def __init__(self) -> None:
-        self.trials: list[MemoryTrial] = []
+        self._trials: list[_MemoryTrial] = []
 
-    def add_trials(self, campaign_id, configs, seeds, retry_of=()):  # type: ignore[no-untyped-def]
+    def add_trials(self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int],
+                   retry_of: Sequence[int | None] = ()) -> list[TrialView]:
         retries = list(retry_of) or [None] * len(configs)
+        start = len(self._trials)
         new = [
-            MemoryTrial(len(self.trials) + i + 1, len(self.trials) + i, c.to_dict(), config_hash(c), s, retry_of=r)
+            TrialView(id=start + i + 1, campaign_id=campaign_id, number=start + i, config=c.to_dict(),
+                      config_hash=config_hash(c), status=Status.PENDING.value, reason=None, value=None, seed=s,
+                      retry_of=r)
             for i, (c, s, r) in enumerate(zip(configs, seeds, retries))
         ]
-        self.trials += new
+        self._trials += [_MemoryTrial(v) for v in new]
         return new
+
+    def _update(self, trial_id: int, **values: Any) -> None:
+        t = self._trials[trial_id - 1]
+        t.view = dataclasses.replace(t.view, **values)
 
     def start_trials(self, trial_ids: Sequence[int]) -> None:
         for i in trial_ids:
-            self.trials[i - 1].status = Status.RUNNING.value
+            self._update(i, status=Status.RUNNING.value)
 
     def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
-        self.trials[trial_id - 1].measurements.append(m)
+        self._trials[trial_id - 1].measurements.append(MeasurementView.of_measurement(repeat, m))
 
     def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None:
-        t = self.trials[trial_id - 1]
-        t.status, t.value, t.reason = status.value, value, reason
+        self._update(trial_id, status=status.value, value=value, reason=reason)
+
+    def trials(self, campaign_id: int = 0, *, measurements: bool = False) -> list[TrialView]:
+        return [dataclasses.replace(t.view, measurements=tuple(t.measurements) if measurements else None)
+                for t in self._trials]

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -21,12 +23,16 @@ class CampaignRecord(Base):
     """One campaign: space + workload + runner + algorithm + objective + budget + seed."""
 
     __tablename__ = "campaigns"
+    __table_args__ = (Index("ix_campaigns_origin_state", "origin", "state"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
-    state: Mapped[str] = mapped_column(String(16))  # running | finished | interrupted
+    # queued | running | finished | interrupted | cancelled | failed (queued and cancelled: the service's)
+    state: Mapped[str] = mapped_column(String(16))
     note: Mapped[str | None] = mapped_column(Text)  # why it stopped early, e.g. the space was exhausted
+    origin: Mapped[str] = mapped_column(String(16), default="cli", server_default="cli")  # cli | api
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     space_name: Mapped[str] = mapped_column(String(200))
     space_fingerprint: Mapped[str] = mapped_column(String(32), index=True)
@@ -64,7 +70,9 @@ class ComparisonRecord(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
-    state: Mapped[str] = mapped_column(String(16))  # running | finished | interrupted
+    state: Mapped[str] = mapped_column(String(16))  # queued | running | finished | interrupted | failed
+    note: Mapped[str | None] = mapped_column(Text)
+    origin: Mapped[str] = mapped_column(String(16), default="cli", server_default="cli")  # cli | api
     workload_name: Mapped[str] = mapped_column(String(200))
     runner_settings: Mapped[dict[str, Any]]
     settings: Mapped[dict[str, Any]]  # variants, seeds, budget, within, repeats, objective

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runners import Direction, Measurement, Status, guess_direction
+from search_spaces.status import better
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Objective:
 
     def better(self, a: float, b: float) -> bool:
         """Is ``a`` strictly better than ``b``?"""
-        return a < b if self.direction == "min" else a > b
+        return better(a, b, self.direction)
 
     def to_dict(self) -> dict[str, str]:
         return {"metric": self.metric, "direction": self.direction}

@@ -12,12 +12,13 @@ import csv
 import json
 import platform
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from runners import Status
+from runners.settings import DeviceSettings
 from search_spaces import load_space
 from tuner.campaign import Campaign, CampaignSpec
 from tuner.grid import GridSearch
@@ -33,32 +34,31 @@ MEASUREMENTS = "measurements.csv"
 
 @dataclass(frozen=True)
 class SweepSpec:
+    """A sweep: the device runner's settings (its workload is set per campaign), the workloads, and
+    the grid. ``device`` is the device runner's own settings model: nothing here repeats its fields."""
+
     out: Path
+    device: DeviceSettings = field(default_factory=DeviceSettings)
     workloads: tuple[str, ...] = ("fileserver", "varmail", "webserver", "oltp")
-    space: str = "storage_v2"
-    device: str = "loop"
-    allow_device: tuple[str, ...] = ()
-    engine: str = "fio"
-    runtime_s: float = 8.0
     repeats: int = 2
     per_stratum: int = 3
     seed: int = 0
-    loop_dir: str = "/var/tmp/storetune"
-    loop_size_mib: int = 1024
-    fileset_mib: int = 256
     command: list[str] = field(default_factory=list)  # how it was invoked, for the manifest
 
-    def settings(self) -> dict[str, Any]:
-        d = asdict(self)
-        for key in ("out", "command"):
-            d.pop(key)
-        d["workloads"], d["allow_device"] = list(self.workloads), list(self.allow_device)
-        return d
+    @property
+    def space(self) -> str:
+        return self.device.space
 
-    def runner_settings(self, workload: str) -> dict[str, Any]:
-        return dict(space=self.space, workload=workload, device=self.device, allow_device=list(self.allow_device),
-                    engine=self.engine, runtime_s=self.runtime_s, loop_dir=self.loop_dir,
-                    loop_size_mib=self.loop_size_mib, fileset_mib=self.fileset_mib)
+    def settings(self) -> dict[str, Any]:
+        """What the manifest records and a resumed or extended sweep must match."""
+        device = self.device.model_dump(exclude={"workload", "timeout_s"})
+        return {"workloads": list(self.workloads), "space": device.pop("space"), "device": device.pop("device"),
+                "allow_device": device.pop("allow_device"), "engine": device.pop("engine"),
+                "runtime_s": device.pop("runtime_s"), "repeats": self.repeats, "per_stratum": self.per_stratum,
+                "seed": self.seed, **device}
+
+    def runner_settings(self, workload: str) -> DeviceSettings:
+        return self.device.model_copy(update={"workload": workload})
 
 
 def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult], None] | None = None,
@@ -144,9 +144,9 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
         "rows": len(rows),
         "valid_configurations": len(valid),
         "how": {
-            "command": " ".join(spec.command), "engine": spec.engine, "runtime_s": spec.runtime_s,
+            "command": " ".join(spec.command), "engine": spec.device.engine, "runtime_s": spec.device.runtime_s,
             "repeats": spec.repeats, "grid": f"{spec.per_stratum} configurations per file system x I/O scheduler "
-            f"pair, seed {spec.seed}", "fileset_mib": spec.fileset_mib, "page_cache": "dropped before every run",
+            f"pair, seed {spec.seed}", "fileset_mib": spec.device.fileset_mib, "page_cache": "dropped before every run",
             "mkfs": "ext3/ext4 with lazy_itable_init=0,lazy_journal_init=0",
         },
         "where": {

@@ -9,23 +9,24 @@ a campaign reports as ``test_value`` at the end, never what it optimises.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from runners.admission.pipeline import AdmissionConfig, Pipeline
-from runners.base import Direction, Measurement, Status, Workload
-from search_spaces import Config, InvalidConfig, load_space
+from runners.base import Direction, Measurement, RunnerBase, Status, Workload
+from runners.settings import AdmissionSettings
+from search_spaces import Config, load_space
 
 
-class AdmissionRunner:
+class AdmissionRunner(RunnerBase):
     name: ClassVar[str] = "admission"
 
-    def __init__(self, trace: str, space: str = "admission", train: float = 0.8, validation: float = 0.2,
-                 replica_cost_us: float = 0.0, seed: int = 0, epochs: int = 10, format: str | None = None):
-        self.pipeline = Pipeline(trace, train, validation, seed, epochs, format)
-        self.space = load_space(space)
-        self.replica_cost_us = replica_cost_us
-        self._settings = dict(trace=str(Path(trace).resolve()), space=space, train=train, validation=validation,
-                              replica_cost_us=replica_cost_us, seed=seed, epochs=epochs, format=format)
+    def __init__(self, settings: AdmissionSettings):
+        super().__init__(settings.model_copy(update={"trace": str(Path(settings.trace).resolve())}))
+        trace, train, validation, seed, epochs = (settings.trace, settings.train, settings.validation,
+                                                  settings.seed, settings.epochs)
+        self.pipeline = Pipeline(trace, train, validation, seed, epochs, settings.format)
+        self.space = load_space(settings.space)
+        self.replica_cost_us = settings.replica_cost_us
         self.workload = Workload("trace", Path(trace).name.split(".trace")[0], {
             "sha256": self.pipeline.sha256, "train": train, "validation": validation, "seed": seed, "epochs": epochs})
         self.device = "simulated"
@@ -33,17 +34,7 @@ class AdmissionRunner:
     def metrics(self) -> dict[str, Direction | None]:
         return {"mean_latency_us": "min", "p99_latency_us": "min", "cost_us": "min", "failover_rate": "min"}
 
-    def settings(self) -> dict[str, Any]:
-        return dict(self._settings)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
-        try:
-            config = self.space.validate(config)
-        except InvalidConfig as e:
-            return Measurement.failed(Status.INVALID, str(e))
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         cfg = AdmissionConfig.of(config)
         metrics: dict[str, float] = {}
         for part, prefix in (("validation", ""), ("test", "test_")):

@@ -17,12 +17,12 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runners.base import Direction, Measurement, Status, Workload
-from runners.device.engines import ENGINES, EngineOutputError, engine_env, engine_version, run_filebench, run_fio
+from runners.base import Direction, Measurement, RunnerBase, Status, Workload
+from runners.device.engines import EngineOutputError, engine_env, engine_version, run_filebench, run_fio
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
@@ -39,48 +39,33 @@ from runners.device.target import (
     require,
     restore_queue,
 )
-from search_spaces import Config, InvalidConfig, load_space
+from runners.settings import DeviceSettings
+from search_spaces import Config, load_space
 
 logger = logging.getLogger(__name__)
 SETUP_TIMEOUT_S = 300  # mkfs, mount and fio's file layout on a slow disk
 ASLR = Path("/proc/sys/kernel/randomize_va_space")
 
 
-class DeviceRunner:
+class DeviceRunner(RunnerBase):
     name: ClassVar[str] = "device"
     exclusive: ClassVar[bool] = True  # owns its disk: measurements never run beside each other
 
-    def __init__(
-        self,
-        space: str = "storage_v2",
-        workload: str = "fileserver",
-        device: str = "loop",
-        allow_device: Sequence[str] = (),
-        engine: str = "fio",
-        runtime_s: float = 10.0,
-        timeout_s: float | None = None,
-        loop_dir: str = "/var/tmp/storetune",
-        loop_size_mib: int = 1024,
-        fileset_mib: int = 256,
-        dry_run: bool = False,
-        echo: Callable[[str], None] = print,
-    ):
-        if engine not in ENGINES:
-            raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    def __init__(self, settings: DeviceSettings, *, dry_run: bool = False, echo: Callable[[str], None] = print):
+        super().__init__(settings)
+        space, workload, engine, runtime_s = settings.space, settings.workload, settings.engine, settings.runtime_s
+        device, fileset_mib = settings.device, settings.fileset_mib
         self.space = load_space(space)
         if "fs" not in self.space:
             raise ValueError(f"the device runner measures file-system spaces (storage_v1/v2), not {space!r}")
         self.personality = personality(workload, fileset_mib * MIB)
         self.engine, self.runtime_s = engine, runtime_s
-        self.timeout_s = timeout_s or runtime_s * 3 + SETUP_TIMEOUT_S
-        self.device_arg, self.allow, self.loop_dir = device, list(allow_device), Path(loop_dir)
-        self.loop_size_mib, self.fileset_mib, self.dry_run = loop_size_mib, fileset_mib, dry_run
+        self.timeout_s = settings.timeout_s or runtime_s * 3 + SETUP_TIMEOUT_S
+        self.device_arg, self.allow, self.loop_dir = device, list(settings.allow_device), Path(settings.loop_dir)
+        self.loop_size_mib, self.fileset_mib, self.dry_run = settings.loop_size_mib, fileset_mib, dry_run
         self.log = SetupLog(dry_run=dry_run)
         self.shell: Shell = DryRunShell(echo) if dry_run else Shell(self.log)
         self._target: Target | None = None
-        self._settings = dict(space=space, workload=workload, device=device, allow_device=list(allow_device),
-                              engine=engine, runtime_s=runtime_s, timeout_s=timeout_s, loop_dir=loop_dir,
-                              loop_size_mib=loop_size_mib, fileset_mib=fileset_mib)
         if not dry_run:
             self._check_prerequisites()
             for line in reap(self.shell):
@@ -109,15 +94,8 @@ class DeviceRunner:
     def metrics(self) -> dict[str, Direction | None]:
         return {"ops_per_s": "max", "mb_per_s": "max", "lat_mean_us": "min", "lat_p99_us": "min"}
 
-    def settings(self) -> dict[str, Any]:
-        return dict(self._settings)
-
     # --- one measurement --------------------------------------------------------------------------
-    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
-        try:
-            config = self.space.validate(config)
-        except InvalidConfig as e:
-            return Measurement.failed(Status.INVALID, str(e))
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         target = self.target()
         plan = build(config)
         env = {**self.environment(), **target.describe(), **engine_env(self.personality, self.engine),

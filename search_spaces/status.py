@@ -1,0 +1,51 @@
+"""The vocabulary every layer shares: a trial's Status and the Direction that is better.
+
+It lives at the bottom layer so that search spaces, runners, the tuner and the API all import one
+definition; ``better`` and ``loss`` are the one place that decides what "better" means.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+Direction = Literal["min", "max"]
+DIRECTIONS: tuple[Direction, ...] = ("min", "max")
+
+
+class Status(str, Enum):
+    """The state of a trial, and the outcome of one measurement (the terminal ones)."""
+
+    PENDING = "PENDING"  # asked, not started
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"  # the benchmark or the tools crashed
+    INVALID = "INVALID"  # the configuration is refused: outside the space, not in the table, rejected by mkfs
+    TIMEOUT = "TIMEOUT"
+    STALE = "STALE"  # was RUNNING when its driver died; re-run on resume, never counted
+
+    @property
+    def terminal(self) -> bool:
+        """A finished evaluation, which counts towards the budget."""
+        return self in (Status.SUCCEEDED, Status.FAILED, Status.INVALID, Status.TIMEOUT)
+
+
+def check_direction(direction: str) -> Direction:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be 'min' or 'max', not {direction!r}")
+    return direction  # type: ignore[return-value]
+
+
+def loss(value: float, direction: str) -> float:
+    """``value`` turned so that lower is better."""
+    return float(value) if check_direction(direction) == "min" else -float(value)
+
+
+def better(a: float, b: float, direction: str) -> bool:
+    """Is ``a`` strictly better than ``b``?"""
+    return loss(a, direction) < loss(b, direction)
+
+
+def best_of(values: list[float], direction: str) -> float:
+    """The best of ``values`` (which must not be empty)."""
+    return min(values) if check_direction(direction) == "min" else max(values)
