@@ -7,10 +7,11 @@ SHARED ?= ../shared
 DEMO_DB ?= results/demo.sqlite
 # Debian packages of the device runner: fio and the mkfs tools.
 APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs
-# Debian packages the test suite needs: those, and a real PostgreSQL for the PostgreSQL history path.
-APT_TEST := postgresql $(APT_DEVICES)
+# Debian packages the test suite needs: those, a real PostgreSQL for the PostgreSQL history path, and
+# docker-compose to validate docker-compose.yml (no container engine runs here).
+APT_TEST := postgresql docker-compose $(APT_DEVICES)
 
-.PHONY: setup setup-devices demo test test-fast apt clean
+.PHONY: setup setup-devices demo serve test test-fast apt clean
 
 setup: $(VENV)/.installed
 
@@ -67,6 +68,13 @@ demo: setup
 	echo "Results: the history is $(DEMO_DB) (SQLite), the summary results/demo-summary.json."; \
 	echo "  every trial:  $(BIN)/storetune trials $$id --db sqlite:///$(DEMO_DB)"; \
 	echo "  campaigns:    $(BIN)/storetune campaigns --db sqlite:///$(DEMO_DB)"
+
+# The REST service on the embedded defaults: a SQLite history in results/, local worker processes.
+SERVE_DB ?= results/service.sqlite
+PORT ?= 8000
+serve: setup
+	@mkdir -p $$(dirname $(SERVE_DB))
+	$(BIN)/storetune serve --port $(PORT) --db $${STORETUNE_DATABASE_URL:-sqlite:///$(SERVE_DB)}
 
 clean:
 	rm -rf $(VENV) results .pytest_cache *.egg-info

@@ -180,6 +180,45 @@ def _print_summary(summary: CampaignSummary, as_json: bool) -> None:
 
 
 @app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    db: DbOption = None,
+    max_campaigns: Annotated[Optional[int], typer.Option(help="Campaigns running at once; the rest queue "
+                                                              "(default: $STORETUNE_MAX_CAMPAIGNS or 2).")] = None,
+    data_dir: Annotated[list[str], typer.Option(help="A directory whose tables and traces clients may name "
+                                                     "(default: $STORETUNE_DATA_DIRS, or datasets/ and "
+                                                     "../shared/datasets).")] = [],  # noqa: B006
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+) -> None:
+    """The REST service: launch, watch, cancel and resume campaigns (OpenAPI at /docs).
+
+    STORETUNE_TOKEN, when set, guards every mutating call (Authorization: Bearer <token>);
+    STORETUNE_ALLOW_DEVICES and STORETUNE_ALLOW_COMMANDS widen what clients may run."""
+    import os
+
+    import uvicorn
+
+    from api.app import create_app
+    from api.service import ServiceSettings
+
+    overrides: dict[str, Any] = {}
+    if db:
+        overrides["database_url"] = db
+    if max_campaigns is not None:
+        overrides["max_campaigns"] = max_campaigns
+    if data_dir:
+        overrides["data_dirs"] = ":".join(data_dir)
+    settings = ServiceSettings(**overrides)
+    if os.environ.get("RAY_ADDRESS"):
+        err.print("RAY_ADDRESS is set, but the Ray executor is not built yet: campaigns run in this machine's "
+                  "worker processes")
+    err.print(f"StoreTune service on http://{host}:{port} (OpenAPI: /docs), history {settings.database_url}, "
+              f"{settings.max_campaigns} campaigns at once, token {'required' if settings.token else 'not set'}")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
+@app.command()
 def trials(
     campaign: Annotated[int, typer.Argument(help="Campaign id.")],
     fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",

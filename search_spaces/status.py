@@ -49,3 +49,8 @@ def better(a: float, b: float, direction: str) -> bool:
 def best_of(values: list[float], direction: str) -> float:
     """The best of ``values`` (which must not be empty)."""
     return min(values) if check_direction(direction) == "min" else max(values)
+
+
+def within_of_best(value: float, best: float, direction: str, within: float) -> bool:
+    """Is ``value`` near-optimal: at least ``within`` x ``best`` (max), at most ``best`` / ``within`` (min)?"""
+    return value >= within * best if check_direction(direction) == "max" else value <= best / within

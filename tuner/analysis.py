@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners import Status
-from search_spaces.status import best_of, better
+from search_spaces.status import best_of, better, within_of_best
 from search_spaces.status import loss as to_loss
 from tuner.views import CampaignView, TrialView
 
@@ -65,14 +65,14 @@ class CampaignSummary:
             space=record.space_name,
             workload=record.workload_name,
             database=database,
-            test_value=_held_out(best, record.objective_metric),
+            test_value=held_out(best, record.objective_metric),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def _held_out(trial: TrialView | None, metric: str) -> float | None:
+def held_out(trial: TrialView | None, metric: str) -> float | None:
     """The mean of the ``test_<metric>`` the runner recorded beside the objective (admission does)."""
     if trial is None or trial.measurements is None:  # a summary of trials read without them
         return None
@@ -101,3 +101,49 @@ def table_rank(config: Mapping[str, Any], means: Mapping[Any, float], direction:
     values = list(means.values())
     ahead = sum(1 for v in values if better(v, mine, direction))
     return TableRank(mine, ahead + 1, len(values), best_of(values, direction))
+
+
+@dataclass(frozen=True)
+class ConvergencePoint:
+    """The k-th evaluation of a campaign: its value (what production suffers while tuning), the best
+    value so far, and the seconds since the campaign's first trial started."""
+
+    evaluation: int  # 1-based, counting finished trials only
+    trial: int
+    status: str
+    value: float | None
+    best: float | None
+    elapsed_s: float | None
+
+
+def convergence(outcomes: Sequence[tuple[int, str, float | None, Any, Any]], direction: str) -> list[ConvergencePoint]:
+    """Best-so-far and instantaneous value against evaluations and wall time, from the history's
+    (number, status, value, started_at, finished_at) rows in the order of asking. Unfinished and
+    STALE trials do not count as evaluations."""
+    starts = [row[3] for row in outcomes if row[3] is not None]
+    origin = min(starts) if starts else None
+    points: list[ConvergencePoint] = []
+    best: float | None = None
+    for number, status, value, _started, finished in outcomes:
+        if not Status(status).terminal:
+            continue
+        if status == Status.SUCCEEDED.value and value is not None and (best is None or better(value, best, direction)):
+            best = value
+        elapsed = (finished - origin).total_seconds() if origin is not None and finished is not None else None
+        points.append(ConvergencePoint(len(points) + 1, number, status, value, best, elapsed))
+    return points
+
+
+def near_optimal_trials(trials: Sequence[TrialView], direction: str, within: float) -> list[TrialView]:
+    """The succeeded trials within ``within`` of the campaign's best value (the ATC'18 definition:
+    at least within x best when maximising, at most best / within when minimising), best first."""
+    if not 0 < within <= 1:
+        raise ValueError(f"within must be in (0, 1], e.g. 0.99 for 'within 1% of the best'; got {within}")
+    scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
+    if not scored:
+        return []
+    best = best_of([t.value for t in scored], direction)  # type: ignore[misc]
+    if direction == "max" and best <= 0 or direction == "min" and best < 0:
+        raise ValueError(f"'within' is a ratio to the best value, which is {best:g} here: it needs a positive best")
+    near = [t for t in scored if within_of_best(t.value, best, direction, within)]  # type: ignore[arg-type]
+    return sorted(near, key=lambda t: (to_loss(t.value, direction), t.number))  # type: ignore[arg-type]

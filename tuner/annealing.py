@@ -7,8 +7,10 @@ ask/tell interface (scipy's dual_annealing is continuous and drives its own loop
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from search_spaces import Config
 from tuner.base import Observation, Tuner
@@ -18,11 +20,11 @@ MAX_FREE_MOVES = 200  # moves onto already-measured configurations (cache hits) 
 
 @dataclass(frozen=True)
 class Params:
-    initial_temperature: float = 0.5  # in units of the spread of the losses seen so far
-    cooling: float = 0.9  # the temperature is multiplied by this after every move
-    min_temperature: float = 0.01
-    patience: int = 30  # restart after this many moves without a new best
-    restart_random: float = 0.5  # share of restarts from a random configuration rather than the best
+    initial_temperature: Annotated[float, Field(gt=0)] = 0.5  # in units of the spread of the losses seen so far
+    cooling: Annotated[float, Field(gt=0, lt=1)] = 0.9  # the temperature is multiplied by this after every move
+    min_temperature: Annotated[float, Field(gt=0)] = 0.01
+    patience: Annotated[int, Field(ge=1)] = 30  # restart after this many moves without a new best
+    restart_random: Annotated[float, Field(ge=0, le=1)] = 0.5  # share of restarts from a random configuration rather than the best
 
 
 class SimulatedAnnealing(Tuner):

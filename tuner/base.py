@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from runners import Direction, Status
 from search_spaces import Config, SearchSpace
@@ -165,28 +165,20 @@ class Tuner(ABC):
 
 
 def parse_params(algorithm: str, params_type: type, given: Mapping[str, Any]) -> Any:
-    """The algorithm's hyperparameter dataclass from ``given``, with values coerced from text."""
-    fields = {f.name: f for f in dataclasses.fields(params_type)}
-    hints = typing.get_type_hints(params_type)
+    """The algorithm's hyperparameters from ``given`` (text from the command line, or JSON), checked
+    against their types and domains by pydantic; a bad one raises ValueError naming it."""
+    fields = [f.name for f in dataclasses.fields(params_type)]
     unknown = [k for k in given if k not in fields]
     if unknown:
-        known = ", ".join(fields) or "none"
-        raise ValueError(f"unknown hyperparameter {unknown[0]!r} for {algorithm}; known: {known}")
-    values = {}
-    for key, raw in given.items():
-        kind = hints[key]
-        try:
-            values[key] = _coerce(raw, kind)
-        except ValueError:
-            raise ValueError(f"hyperparameter {algorithm}:{key}={raw!r} is not a valid {kind.__name__}") from None
-    return params_type(**values)
+        raise ValueError(f"unknown hyperparameter {unknown[0]!r} for {algorithm}; known: {', '.join(fields) or 'none'}")
+    try:
+        return TypeAdapter(params_type).validate_python(dict(given))
+    except ValidationError as e:
+        problem = e.errors()[0]
+        key = ".".join(str(p) for p in problem["loc"])
+        raise ValueError(f"hyperparameter {algorithm}:{key}={given.get(key)!r}: {problem['msg']}") from None
 
 
-def _coerce(raw: Any, kind: type) -> Any:
-    if kind is bool and isinstance(raw, str):
-        if raw.lower() in ("1", "true", "yes", "on"):
-            return True
-        if raw.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(raw)
-    return kind(raw)
+def params_schema(params_type: type) -> dict[str, Any]:
+    """The hyperparameters' JSON schema: each one's type, default and domain."""
+    return TypeAdapter(params_type).json_schema()

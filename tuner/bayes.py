@@ -15,8 +15,7 @@ bench/compare_algorithms.py):
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Literal, Any
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -25,6 +24,9 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 from skopt import Optimizer
 from skopt.acquisition import gaussian_ei, gaussian_lcb, gaussian_pi
 from skopt.space import Real
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from search_spaces import Config
 from tuner.base import Observation, Tuner
@@ -35,13 +37,13 @@ LOCAL_PARENTS = 5  # the best configurations whose neighbours are always candida
 
 @dataclass(frozen=True)
 class Params:
-    acq: str = "EI"  # EI, PI or LCB
-    initial_points: int = 10  # random configurations before the surrogate takes over
-    max_candidates: int = 1000
-    xi: float = 0.0  # extra exploration of EI and PI (plain EI: measured best on BDBC, see README)
-    kappa: float = 1.96  # exploration of LCB
-    refit_growth: float = 1.25
-    random_fraction: float = 0.0  # share of asks answered by a random candidate (SMAC's interleaving)
+    acq: Literal["EI", "PI", "LCB"] = "EI"  # EI, PI or LCB
+    initial_points: Annotated[int, Field(ge=1)] = 10  # random configurations before the surrogate takes over
+    max_candidates: Annotated[int, Field(ge=1)] = 1000
+    xi: Annotated[float, Field(ge=0)] = 0.0  # extra exploration of EI and PI (plain EI: measured best on BDBC, see README)
+    kappa: Annotated[float, Field(ge=0)] = 1.96  # exploration of LCB
+    refit_growth: Annotated[float, Field(ge=1)] = 1.25
+    random_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0  # share of asks answered by a random candidate (SMAC's interleaving)
 
 
 class BayesianOptimization(Tuner):

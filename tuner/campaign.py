@@ -82,7 +82,7 @@ class Campaign:
         unknown metric raise ValueError. Nothing is written."""
         runner = runner or make_runner(spec.runner, spec.runner_settings)
         runner.space = runner.space.fix(spec.fixed)  # an unknown parameter or value raises here
-        _refuse_parallel_if_exclusive(runner, executor)
+        _refuse_parallel_if_exclusive(runner, executor, spec.batch_size)
         objective = Objective.resolve(runner.metrics(), spec.metric, spec.direction)
         if spec.warm_start not in WARM_STARTS:
             raise ValueError(f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
@@ -195,8 +195,8 @@ class Campaign:
         return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
 
 
-def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None) -> None:
-    if getattr(runner, "exclusive", False) and getattr(executor, "workers", 1) > 1:
+def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None, batch_size: int = 1) -> None:
+    if getattr(runner, "exclusive", False) and max(getattr(executor, "workers", 1), batch_size) > 1:
         raise ValueError(f"the {runner.name} runner measures one configuration at a time: parallel workers "
                          "would share one disk and disturb each other's measurements")
 

@@ -122,8 +122,9 @@ class Comparison:
         self.targets = near_optimal(self.means, objective.direction, spec.within)
 
     @classmethod
-    def create(cls, history: History, spec: CompareSpec) -> Comparison:
-        """Validate everything, then record the comparison. Bad input raises ValueError first."""
+    def prepare(cls, spec: CompareSpec) -> tuple[Runner, Objective]:
+        """The table's runner and the objective, after every check: bad input raises ValueError,
+        and nothing is written."""
         if not 0 < spec.within <= 1:
             raise ValueError(f"--within must be in (0, 1], e.g. 0.99 for 'within 1% of the best'; got {spec.within}")
         for name, value in (("seeds", spec.seeds), ("budget", spec.budget), ("repeats", spec.repeats)):
@@ -139,13 +140,34 @@ class Comparison:
         objective = Objective.resolve(runner.metrics(), spec.metric, spec.direction)
         for v in spec.variants:  # unknown algorithms and hyperparameters fail here, before any write
             make_tuner(v.algorithm, runner.space, seed=0, direction=objective.direction, params=dict(v.params))
+        return runner, objective
+
+    @classmethod
+    def create(cls, history: History, spec: CompareSpec, *, origin: str = "cli", state: str = "running") -> Comparison:
+        """Validate everything, then record the comparison."""
+        runner, objective = cls.prepare(spec)
         settings = {
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
             "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
         }
-        record = history.create_comparison(workload_name=runner.workload.name,
-                                           runner_settings=runner.settings(), settings=settings)
+        record = history.create_comparison(workload_name=runner.workload.name, runner_settings=runner.settings(),
+                                           settings=settings, origin=origin, state=state)
         return cls(history, spec, record.id, runner, objective)
+
+    @classmethod
+    def load(cls, history: History, comparison_id: int) -> Comparison:
+        """A recorded comparison, ready to run (the service records it, a worker runs it)."""
+        record = history.comparison(comparison_id)
+        settings = record.settings
+        spec = CompareSpec(
+            runner_settings=record.runner_settings,
+            variants=tuple(_variants(settings["variants"])),
+            seeds=settings["seeds"], budget=settings["budget"], within=settings["within"],
+            repeats=settings["repeats"], metric=settings["objective"]["metric"],
+            direction=settings["objective"]["direction"], first_seed=settings["first_seed"],
+        )
+        runner, objective = cls.prepare(spec)
+        return cls(history, spec, comparison_id, runner, objective)
 
     def run(self, executor: Executor | None = None, on_seed: Callable[[SeedRun], None] | None = None) -> dict[str, Any]:
         executor = executor or LocalExecutor()
@@ -154,6 +176,7 @@ class Comparison:
         tasks = [SeedTask(self.runner.settings(), v, algorithm_target(v.algorithm), s, spec.budget, spec.repeats,
                           self.objective) for s in seeds for v in spec.variants]
         runs: dict[str, list[SeedRun]] = {v.label: [] for v in spec.variants}
+        self.history.transition_comparison(self.id, ["queued"], state="running")
         try:
             for run in executor.map_unordered(run_seed, tasks):
                 run.campaign_id = self._record(run)
@@ -241,6 +264,16 @@ class Comparison:
             return math.nan
         best = min(scored, key=lambda t: to_loss(t.value, self.objective.direction))
         return self.means.get(Config(best.config), math.nan)
+
+
+def _variants(labels: Sequence[str]) -> list[Variant]:
+    """Variants from their labels, ``ga`` or ``ga[mutation_rate=0.05,population_size=30]``."""
+    out = []
+    for label in labels:
+        name, _, rest = label.partition("[")
+        params = tuple(tuple(p.split("=", 1)) for p in rest.rstrip("]").split(",") if p) if rest else ()
+        out.append(Variant(name, params))  # type: ignore[arg-type]
+    return out
 
 
 def _finite(value: float) -> float | None:

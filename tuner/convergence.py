@@ -13,7 +13,7 @@ import numpy as np
 from scipy.stats import hypergeom
 
 from search_spaces import Config
-from search_spaces.status import best_of
+from search_spaces.status import best_of, within_of_best
 
 
 def near_optimal(means: Mapping[Config, float], direction: str, within: float = 0.99) -> set[Config]:
@@ -22,11 +22,6 @@ def near_optimal(means: Mapping[Config, float], direction: str, within: float = 
         raise ValueError(f"--within must be in (0, 1], not {within}")
     best = best_of(list(means.values()), direction)
     return {c for c, v in means.items() if within_of_best(v, best, direction, within)}
-
-
-def within_of_best(value: float, best: float, direction: str, within: float) -> bool:
-    """Is ``value`` near-optimal: at least ``within`` x ``best`` (max), at most ``best`` / ``within`` (min)?"""
-    return value >= within * best if direction == "max" else value <= best / within
 
 
 def evaluations_to_hit(evaluated: Sequence[Config], targets: set[Config]) -> int | None:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import gymnasium as gym
 import numpy as np
 from stable_baselines3 import DQN
 from stable_baselines3.common.logger import configure
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from search_spaces import Config, Kind, SearchSpace, TableSpace
 from tuner.base import Observation, Tuner
@@ -93,15 +95,15 @@ class ConfigurationEnv(gym.Env):
 
 @dataclass(frozen=True)
 class Params:
-    learning_rate: float = 1e-3
-    gamma: float = 0.9
-    batch_size: int = 32
-    buffer_size: int = 10_000
-    learning_starts: int = 16  # transitions before training starts
-    target_update_interval: int = 25  # gradient steps between copies into the target network
-    exploration_steps: int = 60  # epsilon falls linearly from 1 to its final value over these decisions
-    final_epsilon: float = 0.05
-    hidden_units: int = 64
+    learning_rate: Annotated[float, Field(gt=0, le=1)] = 1e-3
+    gamma: Annotated[float, Field(ge=0, le=1)] = 0.9
+    batch_size: Annotated[int, Field(ge=1)] = 32
+    buffer_size: Annotated[int, Field(ge=1)] = 10_000
+    learning_starts: Annotated[int, Field(ge=0)] = 16  # transitions before training starts
+    target_update_interval: Annotated[int, Field(ge=1)] = 25  # gradient steps between copies into the target network
+    exploration_steps: Annotated[int, Field(ge=1)] = 60  # epsilon falls linearly from 1 to its final value over these decisions
+    final_epsilon: Annotated[float, Field(ge=0, le=1)] = 0.05
+    hidden_units: Annotated[int, Field(ge=1, le=4096)] = 64
 
 
 class DeepQNetwork(Tuner):

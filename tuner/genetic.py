@@ -11,12 +11,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from deap import base, creator, tools
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from search_spaces import Config, Kind
 from tuner.base import Observation, Tuner
@@ -30,11 +32,11 @@ MAX_BARREN_GENERATIONS = 20  # generations without a new configuration before im
 
 @dataclass(frozen=True)
 class Params:
-    population_size: int = 10  # 20 generations in a 200-evaluation budget (measured best on BDBC, see README)
-    crossover_rate: float = 0.8  # probability that a pair of parents is crossed
-    mutation_rate: float = 0.1  # probability that a gene mutates
-    tournament_size: int = 3
-    elitism: int = 1  # best individuals carried over unchanged
+    population_size: Annotated[int, Field(ge=2)] = 10  # 20 generations in a 200-evaluation budget (measured best on BDBC, see README)
+    crossover_rate: Annotated[float, Field(ge=0, le=1)] = 0.8  # probability that a pair of parents is crossed
+    mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.1  # probability that a gene mutates
+    tournament_size: Annotated[int, Field(ge=1)] = 3
+    elitism: Annotated[int, Field(ge=0)] = 1  # best individuals carried over unchanged
 
 
 class GeneticAlgorithm(Tuner):

@@ -9,8 +9,10 @@ so that a sweep stopped early has still covered every combination.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from search_spaces import Config
 from tuner.base import Tuner
@@ -20,7 +22,7 @@ MAX_DRAWS = 100_000
 
 @dataclass(frozen=True)
 class Params:
-    per_stratum: int = 3
+    per_stratum: Annotated[int, Field(ge=1)] = 3
     strata: str = "fs,io_scheduler"  # comma-separated parameters; those absent from the space are ignored
 
 

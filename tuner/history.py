@@ -227,6 +227,34 @@ class History:
         with self.session() as s:
             return int(s.scalar(select(func.count(TrialRecord.id)).where(TrialRecord.campaign_id == campaign_id)) or 0)
 
+    def status_counts(self, campaign_id: int) -> dict[str, int]:
+        """Status -> number of trials, counted by the database."""
+        query = (select(TrialRecord.status, func.count(TrialRecord.id))
+                 .where(TrialRecord.campaign_id == campaign_id).group_by(TrialRecord.status))
+        with self.session() as s:
+            return {status: int(n) for status, n in s.execute(query)}
+
+    def best_trial(self, campaign_id: int, direction: str) -> TrialView | None:
+        """The succeeded trial with the best value (ties: the earliest), with its measurements,
+        found by the database (an index on the campaign's trials, not a scan in Python)."""
+        value = TrialRecord.value if direction == "min" else TrialRecord.value.desc()
+        query = (select(TrialRecord)
+                 .where(TrialRecord.campaign_id == campaign_id, TrialRecord.status == Status.SUCCEEDED.value,
+                        TrialRecord.value.is_not(None))
+                 .order_by(value, TrialRecord.number).limit(1).options(selectinload(TrialRecord.measurements)))
+        with self.session() as s:
+            record = s.scalar(query)
+            return None if record is None else _trial_view(record, True)
+
+    def outcomes(self, campaign_id: int) -> list[tuple[int, str, float | None, Any, Any]]:
+        """(number, status, value, started_at, finished_at) of every trial, in order: what convergence
+        needs, without reading configurations."""
+        query = (select(TrialRecord.number, TrialRecord.status, TrialRecord.value, TrialRecord.started_at,
+                        TrialRecord.finished_at)
+                 .where(TrialRecord.campaign_id == campaign_id).order_by(TrialRecord.number))
+        with self.session() as s:
+            return [tuple(row) for row in s.execute(query)]  # type: ignore[misc]
+
     def trial(self, campaign_id: int, number: int) -> TrialView:
         """Trial ``number`` of the campaign, with every repeat's measurement."""
         query = (select(TrialRecord).where(TrialRecord.campaign_id == campaign_id, TrialRecord.number == number)

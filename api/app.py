@@ -1,0 +1,69 @@
+"""The StoreTune service: FastAPI over the history, with campaign workers beside it.
+
+``create_app(settings)`` builds the app; its lifespan opens the history (migrating it), adopts the
+campaigns a previous service left running, and starts the scheduler; at shutdown it interrupts
+the workers, whose campaigns resume at the next start. OpenAPI is at /docs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from api.deps import Service, ServiceDep
+from api.routes import campaigns, catalog, comparisons
+from api.scheduler import Scheduler
+from api.schemas import Health
+from api.service import Refused, ServiceSettings
+from tuner import History
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: ServiceSettings | None = None) -> FastAPI:
+    settings = settings or ServiceSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        history = History(settings.database_url)
+        scheduler = Scheduler(history, settings.database_url, settings.max_campaigns, settings.comparison_workers)
+        app.state.service = Service(settings, history, scheduler)
+        scheduler.start()
+        try:
+            yield
+        finally:
+            scheduler.stop()
+            history.close()
+
+    app = FastAPI(
+        title="StoreTune",
+        summary="A black-box auto-tuner for storage stacks: launch, watch, cancel and resume tuning campaigns.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.include_router(campaigns.router)
+    app.include_router(comparisons.router)
+    app.include_router(catalog.router)
+
+    @app.exception_handler(Refused)
+    async def refused(_request: Request, e: Refused) -> JSONResponse:
+        return JSONResponse({"detail": [{"loc": list(e.field), "msg": str(e), "type": "refused"}]}, e.status)
+
+    @app.exception_handler(ValueError)
+    async def bad_value(_request: Request, e: ValueError) -> JSONResponse:  # a check below the API said no
+        return JSONResponse({"detail": [{"loc": ["body"], "msg": str(e), "type": "value_error"}]}, 422)
+
+    @app.get("/health", response_model=Health, tags=["service"])
+    def health(svc: ServiceDep) -> Health:
+        """The service is up and its history answers."""
+        queued = svc.history.count_campaigns(origin="api", states=("queued",))
+        return Health(status="ok", database=svc.history.url,
+                      executor={"kind": "local", "workers": svc.scheduler.running(), "limit": svc.scheduler.max_running},
+                      campaigns={"running": svc.scheduler.running(), "queued": queued},
+                      auth=bool(svc.settings.token))
+
+    return app

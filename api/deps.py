@@ -1,0 +1,55 @@
+"""What the routes share: the service's state, the token check, pagination, links."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Query, Request
+
+from api.scheduler import Scheduler
+from api.service import ServiceSettings
+from tuner import History
+
+
+@dataclass
+class Service:
+    settings: ServiceSettings
+    history: History
+    scheduler: Scheduler
+
+
+def service(request: Request) -> Service:
+    return request.app.state.service
+
+
+ServiceDep = Annotated[Service, Depends(service)]
+
+
+def require_token(request: Request, svc: ServiceDep) -> None:
+    """Mutating calls need 'Authorization: Bearer <token>' when the server has STORETUNE_TOKEN."""
+    token = svc.settings.token
+    if not token:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), token.encode()):
+        raise HTTPException(401, "this call changes the history: send 'Authorization: Bearer <token>' "
+                                 "with the server's STORETUNE_TOKEN", headers={"WWW-Authenticate": "Bearer"})
+
+
+Auth = [Depends(require_token)]
+
+
+@dataclass(frozen=True)
+class Paging:
+    offset: int
+    limit: int
+
+
+def paging(offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Paging:
+    return Paging(offset, limit)
+
+
+PagingDep = Annotated[Paging, Depends(paging)]

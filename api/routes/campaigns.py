@@ -1,0 +1,205 @@
+"""/campaigns: launch, list, watch, cancel and resume tuning campaigns; their trials and analyses."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from pydantic import ValidationError
+
+from api.deps import Auth, PagingDep, ServiceDep
+from api.schemas import (
+    Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, Progress, TrialDetail, TrialPublic,
+)
+from api.service import Refused, apply_policy
+from runners import RUNNERS, Status, make_runner, runner_class, settings_model
+from tuner import Campaign, CampaignSpec
+from tuner.analysis import convergence, held_out, near_optimal_trials
+from tuner.base import parse_params
+from tuner.registry import algorithm_class, algorithm_target
+from tuner.views import CampaignView, TrialView
+
+router = APIRouter(prefix="/campaigns", tags=["campaigns"])
+
+CANCELLABLE = ("queued", "running")
+RESUMABLE = ("cancelled", "interrupted", "failed")
+
+
+def links(campaign_id: int) -> dict[str, str]:
+    base = f"/campaigns/{campaign_id}"
+    return {"self": base, "trials": f"{base}/trials", "convergence": f"{base}/convergence",
+            "near_optimal": f"{base}/near-optimal", "cancel": f"{base}/cancel", "resume": f"{base}/resume"}
+
+
+def public(svc: Any, c: CampaignView) -> CampaignPublic:
+    counts = svc.history.status_counts(c.id)
+    ordered = {s.value: counts[s.value] for s in Status if counts.get(s.value)}
+    best = svc.history.best_trial(c.id, c.objective_direction)
+    return CampaignPublic(
+        id=c.id, state=c.state, cancel_requested=c.cancel_requested, origin=c.origin, note=c.note,
+        created_at=c.created_at, finished_at=c.finished_at, runner=c.runner, runner_settings=c.runner_settings,
+        space=c.space_name, workload=c.workload_name, device=c.device, algorithm=c.algorithm,
+        algorithm_params=c.algorithm_params, objective=Objective(metric=c.objective_metric,
+                                                                 direction=c.objective_direction),  # type: ignore[arg-type]
+        budget=c.budget, seed=c.seed, repeats=c.repeats, parallel=c.batch_size, warm_start=c.warm_start,
+        fixed=c.fixed, comparison=c.comparison_id,
+        progress=Progress(evaluated=sum(n for s, n in counts.items() if Status(s).terminal), budget=c.budget,
+                          trials_by_status=ordered),
+        best=None if best is None else Best(trial=best.number, value=best.value, config=best.config),  # type: ignore[arg-type]
+        test_value=held_out(best, c.objective_metric), links=links(c.id),
+    )
+
+
+def trial_public(t: TrialView) -> dict[str, Any]:
+    return {k: getattr(t, k) for k in TrialPublic.model_fields}
+
+
+def _campaign(svc: Any, campaign_id: int) -> CampaignView:
+    try:
+        return svc.history.campaign(campaign_id)
+    except LookupError:
+        raise HTTPException(404, f"no campaign {campaign_id}") from None
+
+
+@router.post("", status_code=201, response_model=CampaignPublic, dependencies=Auth,
+             responses={401: {}, 403: {}, 404: {}, 422: {}})
+def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -> CampaignPublic:
+    """Start a campaign in the background: it is queued, and a worker process of the service runs
+    it through the same loop as `storetune tune`. Returns at once with its id and links."""
+    if body.runner not in RUNNERS:
+        raise Refused(("body", "runner"), f"unknown runner {body.runner!r}; known: {', '.join(RUNNERS)}")
+    values = apply_policy(svc.settings, body.runner, body.runner_settings)
+    settings = parse_settings_or_refuse(body.runner, values)
+    try:
+        algorithm_target(body.algorithm)
+    except ValueError as e:
+        raise Refused(("body", "algorithm"), str(e)) from None
+    try:
+        parse_params(body.algorithm, algorithm_class(body.algorithm).Params, body.algorithm_params)
+    except ValueError as e:
+        raise Refused(("body", "algorithm_params"), str(e)) from None
+    options = {"dry_run": True, "echo": lambda _line: None} if "dry_run" in inspect.signature(
+        runner_class(body.runner)).parameters else {}  # inspect the device runner; its worker sets the device up
+    try:
+        runner = make_runner(body.runner, settings, **options)
+    except (ValueError, OSError) as e:
+        raise Refused(("body", "runner_settings"), str(e)) from None
+    spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=body.algorithm,
+                        algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
+                        budget=body.budget, seed=body.seed, repeats=body.repeats, batch_size=body.parallel,
+                        warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
+    try:
+        campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued")
+    except ValueError as e:
+        raise Refused(("body",), str(e)) from None
+    svc.scheduler.wake()
+    response.headers["Location"] = f"/campaigns/{campaign.id}"
+    return public(svc, campaign.record)
+
+
+def parse_settings_or_refuse(runner: str, values: dict[str, Any]) -> Any:
+    """The runner's settings model, or a 422 at the failing field (pydantic's location kept)."""
+    try:
+        return settings_model(runner).model_validate(values)
+    except ValidationError as e:
+        problem = e.errors()[0]
+        message = "not a setting of this runner" if problem["type"] == "extra_forbidden" else problem["msg"]
+        raise Refused(("body", "runner_settings", *problem["loc"]), f"{runner} runner: {message}") from None
+
+
+@router.get("", response_model=Page[CampaignPublic])
+def list_campaigns(svc: ServiceDep, page: PagingDep,
+                   state: Annotated[str | None, Query(max_length=16)] = None) -> Page[CampaignPublic]:
+    """Every campaign in the history (the CLI's too), oldest first."""
+    states = (state,) if state else ()
+    items = [public(svc, c) for c in svc.history.campaigns(offset=page.offset, limit=page.limit, states=states)]
+    return Page(items=items, total=svc.history.count_campaigns(states=states), offset=page.offset, limit=page.limit)
+
+
+@router.get("/{campaign_id}", response_model=CampaignPublic, responses={404: {}})
+def get_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
+    """State, progress (evaluated/budget), the best so far and the held-out test_value."""
+    return public(svc, _campaign(svc, campaign_id))
+
+
+@router.post("/{campaign_id}/cancel", response_model=CampaignPublic, dependencies=Auth,
+             responses={401: {}, 404: {}, 409: {}})
+def cancel_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
+    """Drain: the trials running finish and are recorded, no new one starts; the state becomes
+    cancelled (at once for a queued campaign)."""
+    c = _campaign(svc, campaign_id)
+    if c.state not in CANCELLABLE:
+        raise HTTPException(409, f"campaign {campaign_id} is {c.state}: only a queued or running campaign can be "
+                                 "cancelled")
+    if not svc.history.transition(campaign_id, ["queued"], state="cancelled", note="cancelled before it started"):
+        if not svc.history.transition(campaign_id, ["running"], cancel_requested=True):
+            raise HTTPException(409, f"campaign {campaign_id} ended meanwhile; nothing to cancel")
+    svc.scheduler.wake()
+    return public(svc, svc.history.campaign(campaign_id))
+
+
+@router.post("/{campaign_id}/resume", response_model=CampaignPublic, dependencies=Auth,
+             responses={401: {}, 404: {}, 409: {}})
+def resume_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
+    """Continue a campaign that was cancelled, interrupted or failed, exactly as `tune --resume`
+    does: trials that were running are re-run, the finished ones are replayed into the algorithm."""
+    c = _campaign(svc, campaign_id)
+    if c.comparison_id is not None:
+        raise HTTPException(409, f"campaign {campaign_id} is a seed of comparison {c.comparison_id}; it is complete")
+    dead_driver = c.state == "running" and not svc.scheduler._driver_alive(c.driver_host, c.driver_pid) \
+        and c.driver_pid is not None
+    states = RESUMABLE + (("running",) if dead_driver else ())
+    if c.state not in states:
+        raise HTTPException(409, f"campaign {campaign_id} is {c.state}: only a cancelled, interrupted or failed "
+                                 "campaign can be resumed")
+    if not svc.history.transition(campaign_id, list(states), state="queued", origin="api", cancel_requested=False,
+                                  note="resumed"):
+        raise HTTPException(409, f"campaign {campaign_id} changed state meanwhile; look at it again")
+    svc.scheduler.wake()
+    return public(svc, svc.history.campaign(campaign_id))
+
+
+@router.get("/{campaign_id}/trials", response_model=Page[TrialPublic], responses={404: {}})
+def list_trials(campaign_id: int, svc: ServiceDep, page: PagingDep) -> Page[TrialPublic]:
+    """The campaign's trials in the order they were asked."""
+    _campaign(svc, campaign_id)
+    rows = svc.history.trials(campaign_id, offset=page.offset, limit=page.limit)
+    return Page(items=[TrialPublic(**trial_public(t)) for t in rows], total=svc.history.count_trials(campaign_id),
+                offset=page.offset, limit=page.limit)
+
+
+@router.get("/{campaign_id}/trials/{number}", response_model=TrialDetail, responses={404: {}})
+def get_trial(campaign_id: int, number: int, svc: ServiceDep) -> TrialDetail:
+    """One trial with every repeat's measurement and the environment it ran in."""
+    _campaign(svc, campaign_id)
+    try:
+        t = svc.history.trial(campaign_id, number)
+    except LookupError as e:
+        raise HTTPException(404, str(e)) from None
+    return TrialDetail(**trial_public(t), measurements=[m.__dict__ for m in t.measurements or ()])
+
+
+@router.get("/{campaign_id}/near-optimal", response_model=NearOptimal, responses={404: {}, 422: {}})
+def near_optimal(campaign_id: int, svc: ServiceDep,
+                 within: Annotated[float, Query(gt=0, le=1, description="Share of the best value.")] = 0.99
+                 ) -> NearOptimal:
+    """The trials within ``within`` of the best value measured so far, best first."""
+    c = _campaign(svc, campaign_id)
+    try:
+        near = near_optimal_trials(svc.history.trials(campaign_id), c.objective_direction, within)
+    except ValueError as e:
+        raise Refused(("query", "within"), str(e)) from None
+    return NearOptimal(within=within, best_value=near[0].value if near else None,
+                       objective=Objective(metric=c.objective_metric, direction=c.objective_direction),  # type: ignore[arg-type]
+                       items=[TrialPublic(**trial_public(t)) for t in near], total=len(near))
+
+
+@router.get("/{campaign_id}/convergence", response_model=Convergence, responses={404: {}})
+def get_convergence(campaign_id: int, svc: ServiceDep) -> Convergence:
+    """Best-so-far and each evaluation's value, against evaluations and seconds since the start."""
+    c = _campaign(svc, campaign_id)
+    points = convergence(svc.history.outcomes(campaign_id), c.objective_direction)
+    return Convergence(campaign=c.id, objective=Objective(metric=c.objective_metric,
+                                                          direction=c.objective_direction),  # type: ignore[arg-type]
+                       budget=c.budget, points=[p.__dict__ for p in points])

@@ -1,0 +1,70 @@
+"""/comparisons: the offline comparison of `storetune compare`, launched and read over REST."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Response
+
+from api.deps import Auth, PagingDep, ServiceDep
+from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
+from api.service import Refused, apply_policy
+from tuner.views import ComparisonView
+
+router = APIRouter(prefix="/comparisons", tags=["comparisons"])
+
+
+def public(svc: Any, c: ComparisonView) -> ComparisonPublic:
+    return ComparisonPublic(
+        id=c.id, state=c.state, origin=c.origin, note=c.note, created_at=c.created_at, finished_at=c.finished_at,
+        workload=c.workload_name, runner_settings=c.runner_settings, settings=c.settings,
+        campaigns=len(svc.history.comparison_campaigns(c.id)), results=c.results,
+        links={"self": f"/comparisons/{c.id}"},
+    )
+
+
+def _variant(item: str | VariantCreate) -> str:
+    if isinstance(item, str):
+        return item
+    return ":".join([item.algorithm, *(f"{k}={v}" for k, v in item.params.items())])
+
+
+@router.post("", status_code=201, response_model=ComparisonPublic, dependencies=Auth,
+             responses={401: {}, 403: {}, 422: {}})
+def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Response) -> ComparisonPublic:
+    """Queue a comparison: every algorithm runs one seeded campaign per seed on the table, in a
+    worker process of the service; the results carry each algorithm's success curve."""
+    from tuner.compare import Comparison, CompareSpec, Variant
+
+    values = apply_policy(svc.settings, "dataset", {"dataset": body.dataset, "context": body.context,
+                                                    "metric": body.metric})
+    try:
+        variants = tuple(Variant.parse_list(",".join(_variant(a) for a in body.algorithms)))
+    except ValueError as e:
+        raise Refused(("body", "algorithms"), str(e)) from None
+    spec = CompareSpec(runner_settings=values, variants=variants, seeds=body.seeds, budget=body.budget,
+                       within=body.within, repeats=body.repeats, metric=body.metric, direction=body.direction,
+                       first_seed=body.first_seed)
+    try:
+        comparison = Comparison.create(svc.history, spec, origin="api", state="queued")
+    except ValueError as e:
+        raise Refused(("body",), str(e)) from None
+    svc.scheduler.wake()
+    response.headers["Location"] = f"/comparisons/{comparison.id}"
+    return public(svc, svc.history.comparison(comparison.id))
+
+
+@router.get("", response_model=Page[ComparisonPublic])
+def list_comparisons(svc: ServiceDep, page: PagingDep) -> Page[ComparisonPublic]:
+    items = [public(svc, c) for c in svc.history.comparisons(offset=page.offset, limit=page.limit)]
+    return Page(items=items, total=svc.history.count_comparisons(), offset=page.offset, limit=page.limit)
+
+
+@router.get("/{comparison_id}", response_model=ComparisonPublic, responses={404: {}})
+def get_comparison(comparison_id: int, svc: ServiceDep) -> ComparisonPublic:
+    """State and, once finished, the results: per algorithm the median evaluations to near-optimal,
+    the success curve (success_at[k-1]: share of seeds that found one within k evaluations)."""
+    try:
+        return public(svc, svc.history.comparison(comparison_id))
+    except LookupError:
+        raise HTTPException(404, f"no comparison {comparison_id}") from None

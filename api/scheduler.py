@@ -1,0 +1,180 @@
+"""The service's campaign workers: a queue in the history, and at most ``max_campaigns`` worker
+processes draining it.
+
+Campaigns and comparisons the API launches are recorded ``queued`` (origin ``api``). A thread of
+the service starts a worker process (``api/worker.py``) for the oldest queued one whenever a slot
+is free, and reaps the workers that end. Nothing runs in a request handler, and each campaign's
+worker is its only writer. The queue lives in the history, so it survives the service:
+
+- at start, the service's campaigns left RUNNING under a dead driver (the service was killed) go
+  back to the queue; their worker resumes them exactly as ``storetune tune --resume`` does;
+- at a clean stop (Ctrl-C, SIGTERM), the workers are interrupted, and their campaigns are queued
+  again for the next start;
+- a worker that dies on its own (killed, out of memory) has its campaign re-queued, up to
+  ``RETRIES`` times, then ``failed`` with the exit status.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from tuner import History
+
+log = logging.getLogger(__name__)
+
+RETRIES = 2  # a campaign whose worker died this many times more is failed, not re-queued
+POLL_S = 0.2
+STOP_GRACE_S = 20.0  # how long an interrupted worker may take to record its last trial
+
+
+@dataclass
+class Worker:
+    kind: str  # campaign | comparison
+    id: int
+    process: subprocess.Popen
+
+
+class Scheduler:
+    def __init__(self, history: History, database_url: str, max_running: int, comparison_workers: int = 1):
+        self.history, self.url = history, database_url
+        self.max_running, self.comparison_workers = max_running, comparison_workers
+        self.host = socket.gethostname()
+        self.workers: dict[tuple[str, int], Worker] = {}
+        self.deaths: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.adopt()
+        self._thread = threading.Thread(target=self._loop, name="storetune-scheduler", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Look at the queue now (a campaign was launched, cancelled or resumed)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Interrupt the workers; their campaigns are queued again for the next start."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            workers = list(self.workers.values())
+        for w in workers:
+            if w.process.poll() is None:
+                w.process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for w in workers:
+            try:
+                w.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                w.process.kill()
+                w.process.wait()
+            self._requeue_after_stop(w)
+
+    def running(self) -> int:
+        with self._lock:
+            return len(self.workers)
+
+    # --- the queue ------------------------------------------------------------------------------
+    def adopt(self) -> None:
+        """The service's campaigns left running by a service that is gone go back to the queue;
+        its comparisons, which do not resume, are marked interrupted."""
+        for c in self.history.campaigns(origin="api", states=("running",)):
+            if not self._driver_alive(c.driver_host, c.driver_pid):
+                self.history.transition(c.id, ["running"], state="queued",
+                                        note="the service stopped while it ran; resumed at the next start")
+        for c in self.history.comparisons(origin="api", states=("running",)):
+            self.history.finish_comparison(c.id, "interrupted", None,
+                                           "the service stopped while it ran; launch it again")
+
+    def _driver_alive(self, host: str | None, pid: int | None) -> bool:
+        if pid is None or host != self.host:
+            return pid is not None and host != self.host  # another host's driver: not ours to judge
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            return False
+        return b"api.worker" in cmdline or b"storetune" in cmdline
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._reap()
+                self._dispatch()
+            except Exception:  # a database hiccup must not kill the scheduler: log, retry
+                log.exception("scheduler")
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+
+    def _dispatch(self) -> None:
+        while self.running() < self.max_running and not self._stop.is_set():
+            started = False
+            for c in self.history.campaigns(origin="api", states=("queued",), limit=1):
+                # claimed atomically: two services on one history never run a campaign twice
+                if self.history.transition(c.id, ["queued"], state="running", driver_host=self.host,
+                                           driver_pid=None, note=None):
+                    self._spawn("campaign", c.id)
+                    started = True
+            if not started:
+                for k in self.history.comparisons(origin="api", states=("queued",), limit=1):
+                    if self.history.transition_comparison(k.id, ["queued"], state="running"):
+                        self._spawn("comparison", k.id)
+                        started = True
+            if not started:
+                return
+
+    def _spawn(self, kind: str, item: int) -> None:
+        argv = [sys.executable, "-m", "api.worker", kind, str(item), "--db", self.url,
+                "--comparison-workers", str(self.comparison_workers)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(argv, env=env, cwd=os.getcwd())
+        with self._lock:
+            self.workers[(kind, item)] = Worker(kind, item, process)
+        log.info("%s %s: worker %s started", kind, item, process.pid)
+
+    def _reap(self) -> None:
+        with self._lock:
+            ended = [w for w in self.workers.values() if w.process.poll() is not None]
+            for w in ended:
+                del self.workers[(w.kind, w.id)]
+        for w in ended:
+            code = w.process.returncode
+            if w.kind == "comparison":
+                record = self.history.comparison(w.id)
+                if record.state == "running":
+                    self.history.finish_comparison(w.id, "failed", None, f"its worker died (exit status {code})")
+                continue
+            record = self.history.campaign(w.id)
+            if record.state != "running":
+                continue  # finished, cancelled or failed, as the worker recorded
+            key = (w.kind, w.id)
+            self.deaths[key] = self.deaths.get(key, 0) + 1
+            if self.deaths[key] > RETRIES:
+                self.history.finish_campaign(w.id, "failed", f"its worker died {self.deaths[key]} times "
+                                                             f"(last exit status {code}); resume it to try again")
+            else:
+                log.warning("campaign %s: worker died (exit status %s); resuming it", w.id, code)
+                self.history.transition(w.id, ["running"], state="queued",
+                                        note=f"its worker died (exit status {code}); resumed")
+
+    def _requeue_after_stop(self, w: Worker) -> None:
+        if w.kind == "campaign":
+            self.history.transition(w.id, ["running", "interrupted"], state="queued",
+                                    note="the service stopped; resumed at its next start")
+        else:
+            self.history.transition_comparison(w.id, ["running", "queued"], state="interrupted",
+                                               note="the service stopped while it ran; launch it again")

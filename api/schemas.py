@@ -1,0 +1,209 @@
+"""The REST API's request and response bodies: ``XCreate`` in, ``XPublic`` out, lists as pages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    offset: int
+    limit: int
+
+
+class Objective(BaseModel):
+    metric: str
+    direction: Literal["min", "max"]
+
+
+class CampaignCreate(BaseModel):
+    """A new campaign: what `storetune tune` takes, as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runner: str = Field(description="dataset, command, device or admission (GET /runners).")
+    runner_settings: dict[str, Any] = Field(default_factory=dict,
+                                            description="The runner's settings (their schema: GET /runners).")
+    algorithm: str = Field("random", description="GET /algorithms.")
+    algorithm_params: dict[str, Any] = Field(default_factory=dict, description="Hyperparameters (GET /algorithms).")
+    budget: int = Field(50, ge=1, le=1_000_000, description="Evaluations to spend.")
+    seed: int = Field(0, ge=0, lt=2**63)
+    repeats: int = Field(1, ge=1, le=100, description="Measurements per configuration.")
+    parallel: int = Field(1, ge=1, le=256, description="Configurations measured at once, in worker processes.")
+    metric: str | None = Field(None, description="The metric to optimise (default: the runner's first).")
+    direction: Literal["min", "max"] | None = None
+    warm_start: Literal["none", "same"] = "none"
+    fix: dict[str, Any] = Field(default_factory=dict, description="Parameters pinned to one value.")
+
+
+class Progress(BaseModel):
+    evaluated: int
+    budget: int
+    trials_by_status: dict[str, int]
+
+
+class Best(BaseModel):
+    trial: int
+    value: float
+    config: dict[str, Any]
+
+
+class CampaignPublic(BaseModel):
+    id: int
+    state: str
+    cancel_requested: bool
+    origin: str
+    note: str | None
+    created_at: datetime | None
+    finished_at: datetime | None
+    runner: str
+    runner_settings: dict[str, Any]
+    space: str
+    workload: str
+    device: str
+    algorithm: str
+    algorithm_params: dict[str, Any]
+    objective: Objective
+    budget: int
+    seed: int
+    repeats: int
+    parallel: int
+    warm_start: str
+    fixed: dict[str, Any]
+    comparison: int | None
+    progress: Progress
+    best: Best | None
+    test_value: float | None
+    links: dict[str, str]
+
+
+class MeasurementPublic(BaseModel):
+    repeat: int
+    status: str
+    reason: str | None
+    metrics: dict[str, Any]
+    env: dict[str, Any]
+    duration_s: float
+
+
+class TrialPublic(BaseModel):
+    number: int
+    status: str
+    value: float | None
+    reason: str | None
+    config: dict[str, Any]
+    config_hash: str
+    seed: int
+    retry_of: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class TrialDetail(TrialPublic):
+    measurements: list[MeasurementPublic]
+
+
+class NearOptimal(BaseModel):
+    within: float
+    best_value: float | None
+    objective: Objective
+    items: list[TrialPublic]
+    total: int
+
+
+class ConvergencePointPublic(BaseModel):
+    evaluation: int
+    trial: int
+    status: str
+    value: float | None
+    best: float | None
+    elapsed_s: float | None
+
+
+class Convergence(BaseModel):
+    campaign: int
+    objective: Objective
+    budget: int
+    points: list[ConvergencePointPublic]
+
+
+class VariantCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    algorithm: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ComparisonCreate(BaseModel):
+    """An offline comparison: what `storetune compare` takes, as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: list[str] = Field(min_length=1, description="The exhaustive table(s) to replay.")
+    context: dict[str, Any] = Field(default_factory=dict)
+    algorithms: list[str | VariantCreate] = Field(
+        default_factory=lambda: ["random", "sa", "ga", "bo", "dqn"], min_length=1,
+        description="Algorithms, each a name (\"ga\"), \"ga:mutation_rate=0.05\", or {algorithm, params}.")
+    seeds: int = Field(20, ge=1, le=1000)
+    budget: int = Field(100, ge=1, le=100_000)
+    within: float = Field(0.99, gt=0, le=1, description="Near-optimal: within this fraction of the best mean.")
+    repeats: int = Field(1, ge=1, le=100)
+    first_seed: int = Field(0, ge=0, lt=2**62)
+    metric: str | None = None
+    direction: Literal["min", "max"] | None = None
+
+
+class ComparisonPublic(BaseModel):
+    id: int
+    state: str
+    origin: str
+    note: str | None
+    created_at: datetime | None
+    finished_at: datetime | None
+    workload: str
+    runner_settings: dict[str, Any]
+    settings: dict[str, Any]
+    campaigns: int
+    results: dict[str, Any] | None
+    links: dict[str, str]
+
+
+class RunnerPublic(BaseModel):
+    name: str
+    description: str
+    settings_schema: dict[str, Any]
+
+
+class AlgorithmPublic(BaseModel):
+    name: str
+    description: str
+    search: bool
+    hyperparameters: dict[str, Any]
+
+
+class SpaceSummary(BaseModel):
+    name: str
+    description: str
+    parameters: int
+    configurations: int | None
+
+
+class DatasetPublic(BaseModel):
+    path: str
+    name: str
+    kind: Literal["table", "dataset"]
+    size_bytes: int
+
+
+class Health(BaseModel):
+    status: str
+    database: str
+    executor: dict[str, Any]
+    campaigns: dict[str, int]
+    auth: bool

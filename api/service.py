@@ -1,0 +1,94 @@
+"""The service's settings (from the environment) and its policy on what a client may ask for.
+
+The policy is the server's, never the client's: which data directories a client may name, which
+block devices it may format, whether it may run commands. Each refusal names the field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from api.settings import default_database_url
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_data_dirs() -> str:
+    return f"{ROOT / 'datasets'}:{ROOT.parent / 'shared' / 'datasets'}"
+
+
+class ServiceSettings(BaseSettings):
+    """``storetune serve``'s settings: STORETUNE_* variables, or the command line's options."""
+
+    model_config = SettingsConfigDict(env_prefix="STORETUNE_", extra="ignore")
+
+    database_url: str = Field(default_factory=default_database_url)
+    token: str | None = None  # when set, every mutating call needs 'Authorization: Bearer <token>'
+    data_dirs: str = Field(default_factory=default_data_dirs)  # colon-separated; tables and traces must be inside
+    allow_devices: str = ""  # colon-separated block devices the device runner may format ('loop' is always allowed)
+    allow_commands: bool = False  # the command runner runs arbitrary programs: off unless the server says so
+    max_campaigns: int = Field(2, ge=1)  # campaigns and comparisons running at once; the rest queue
+    comparison_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+
+    def data_roots(self) -> list[Path]:
+        return [Path(d).expanduser().resolve() for d in self.data_dirs.split(":") if d]
+
+    def devices(self) -> list[str]:
+        return [d for d in self.allow_devices.split(":") if d]
+
+
+class Refused(Exception):
+    """A request the server's policy refuses: ``status`` 403 or 422, ``field`` the JSON path."""
+
+    def __init__(self, field: tuple[str | int, ...], message: str, status: int = 422):
+        super().__init__(message)
+        self.field, self.status = field, status
+
+
+def allowed_path(settings: ServiceSettings, value: str, field: tuple[str | int, ...]) -> str:
+    """``value`` resolved (relative to the server's working directory) if it lies inside one of the
+    data directories; refused otherwise."""
+    path = Path(value).expanduser().resolve()
+    roots = settings.data_roots()
+    if not any(path == root or path.is_relative_to(root) for root in roots):
+        raise Refused(field, f"{value} is outside the data directories this server allows "
+                             f"(STORETUNE_DATA_DIRS: {':'.join(map(str, roots)) or 'none'})", 403)
+    if not path.exists():
+        raise Refused(field, f"{value}: no such file or directory on the server")
+    return str(path)
+
+
+def apply_policy(settings: ServiceSettings, runner: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The client's runner settings with the server's policy applied: paths inside the data
+    directories, devices from the server's allow list, commands only when allowed."""
+    values = dict(values)
+    where = ("body", "runner_settings")
+    if runner == "dataset":
+        tables = values.get("dataset")
+        tables = [tables] if isinstance(tables, str) else tables
+        if isinstance(tables, list):
+            values["dataset"] = [allowed_path(settings, str(t), (*where, "dataset", i)) for i, t in enumerate(tables)]
+    elif runner == "admission":
+        if isinstance(values.get("trace"), str):
+            values["trace"] = allowed_path(settings, values["trace"], (*where, "trace"))
+    elif runner == "command":
+        if not settings.allow_commands:
+            raise Refused(("body", "runner"), "this server does not run commands (the command runner runs any "
+                                               "program; its operator enables it with STORETUNE_ALLOW_COMMANDS=1)", 403)
+    elif runner == "device":
+        for key in ("allow_device", "loop_dir"):
+            if key in values:
+                raise Refused((*where, key), f"{key} is the server's to set, not the client's")
+        device = values.get("device", "loop")
+        if device != "loop" and device not in settings.devices():
+            raise Refused((*where, "device"), f"{device} is not on this server's allow list "
+                                               f"(STORETUNE_ALLOW_DEVICES: {':'.join(settings.devices()) or 'empty'})",
+                          403)
+        if device != "loop":
+            values["allow_device"] = [device]
+    return values

@@ -1,0 +1,80 @@
+"""A worker process of the service: runs one campaign (or one comparison) to its end.
+
+``python -m api.worker campaign 7 --db URL``. The service's scheduler starts one per running
+campaign; it drives the campaign through the same ``Campaign.resume(...).run()`` as
+``storetune tune --resume``, and is the campaign's only writer. It dies with the service (the
+kernel sends it SIGKILL when its parent dies), so a restarted service finds the campaign RUNNING
+under a dead driver and resumes it: the trials that were running become STALE and are re-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel for SIGKILL when the parent (the service) dies, however it dies. Written by
+    hand: the standard library has no prctl, and this one call does not warrant a dependency."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the scheduler's shutdown still stops its workers
+        pass
+
+
+def run_campaign(history, campaign_id: int, comparison_workers: int) -> None:  # type: ignore[no-untyped-def]
+    from tuner import Campaign
+
+    record = history.campaign(campaign_id)
+    executor = None
+    if record.batch_size > 1:
+        from tuner.executor import ProcessExecutor
+
+        executor = ProcessExecutor(record.batch_size)
+    Campaign.resume(history, campaign_id, executor).run()
+
+
+def run_comparison(history, comparison_id: int, comparison_workers: int) -> None:  # type: ignore[no-untyped-def]
+    from tuner.compare import Comparison
+    from tuner.executor import LocalExecutor, ProcessExecutor
+
+    comparison = Comparison.load(history, comparison_id)
+    executor = ProcessExecutor(comparison_workers) if comparison_workers > 1 else LocalExecutor()
+    comparison.run(executor)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m api.worker")
+    parser.add_argument("kind", choices=("campaign", "comparison"))
+    parser.add_argument("id", type=int)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--comparison-workers", type=int, default=1)
+    args = parser.parse_args(argv)
+    die_with_parent()
+    logging.basicConfig(level=logging.WARNING, format=f"worker {args.kind} {args.id}: %(levelname)s %(message)s")
+    from tuner import History
+
+    history = History(args.db)
+    run = run_campaign if args.kind == "campaign" else run_comparison
+    try:
+        run(history, args.id, args.comparison_workers)
+    except KeyboardInterrupt:  # the service is stopping: the campaign is interrupted, resumed at the next start
+        return 130
+    except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history
+        logging.exception("failed")
+        message = f"{type(e).__name__}: {e}"
+        if args.kind == "campaign":
+            history.finish_campaign(args.id, "failed", message)
+        else:
+            history.finish_comparison(args.id, "failed", None, message)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

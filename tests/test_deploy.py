@@ -1,0 +1,296 @@
+"""The deployment files: docker-compose.yml (validated by Debian's docker-compose), the Dockerfile, .dockerignore.
+
+No image is built and no container is started here (no container engine runs where these tests run):
+`docker-compose config` validates and resolves the compose file, and the Dockerfile is read as text.
+The health-check commands are run for real, against a small HTTP server on the loopback address.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+HEALTH_URL = "http://127.0.0.1:8000/health"
+
+
+# --- docker-compose config ---------------------------------------------------------------------------
+
+
+def docker_compose() -> str:
+    """Debian's docker-compose (the apt package `docker-compose`, 1.29.2 on bookworm)."""
+    path = shutil.which("docker-compose")
+    if path is None:
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose): the compose file is not validated")
+    return path
+
+
+def compose_config(compose_file: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`docker-compose -f FILE config`, in an environment without STORETUNE_* or COMPOSE_* variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("STORETUNE_", "COMPOSE_", "DOCKER_"))}
+    clean.update(env)
+    return subprocess.run(
+        [docker_compose(), "-f", str(compose_file), "config"],
+        capture_output=True, text=True, cwd=cwd, env=clean, timeout=120,
+    )
+
+
+def resolved(tmp_path: Path, **env: str) -> dict:
+    proc = compose_config(COMPOSE_FILE, tmp_path, **env)
+    assert proc.returncode == 0, f"docker-compose config rejected {COMPOSE_FILE}:\n{proc.stderr}"
+    config = yaml.safe_load(proc.stdout)
+    assert isinstance(config, dict) and "services" in config, proc.stdout
+    return config
+
+
+def mounts(service: dict) -> list[tuple[str, str, bool]]:
+    """A service's volumes as (source, target, read_only), from the short or the long syntax."""
+    out = []
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            parts = volume.split(":")
+            source, target = parts[0], parts[1]
+            read_only = len(parts) > 2 and "ro" in parts[2].split(",")
+        else:
+            source, target = volume.get("source"), volume["target"]
+            read_only = bool(volume.get("read_only"))
+        out.append((source, target, read_only))
+    return out
+
+
+def environment(service: dict) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
+    return {k: ("" if v is None else str(v)) for k, v in env.items()}
+
+
+def urls(argv: list[str]) -> list[str]:
+    """The http(s) URLs written in a command's words."""
+    return [u for word in argv for u in re.findall(r"https?://[^\s'\"]+", word)]
+
+
+def healthcheck_words(service: dict) -> list[str]:
+    assert "healthcheck" in service and "test" in service["healthcheck"], f"no healthcheck: {service}"
+    test = service["healthcheck"]["test"]
+    return shlex.split(test) if isinstance(test, str) else list(test)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> dict:
+    return resolved(tmp_path)
+
+
+def test_compose_has_the_api_and_postgres(config):
+    assert {"api", "postgres"} <= set(config["services"])
+    postgres = config["services"]["postgres"]
+    assert postgres["image"].split(":") == ["postgres", "16"]
+    env = environment(postgres)
+    assert (env.get("POSTGRES_USER"), env.get("POSTGRES_PASSWORD"), env.get("POSTGRES_DB")) == ("storetune",) * 3
+    api = config["services"]["api"]
+    assert "build" in api, "the api is built from the Dockerfile"
+    build = api["build"]
+    context = Path(build["context"] if isinstance(build, dict) else build)
+    assert context.resolve() == ROOT
+    assert (context / (build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile")).is_file()
+    ports = [p if isinstance(p, str) else f"{p['published']}:{p['target']}" for p in api.get("ports", [])]
+    assert "8000:8000" in ports
+
+
+def test_the_api_waits_for_a_healthy_postgres(config):
+    depends = config["services"]["api"].get("depends_on")
+    assert isinstance(depends, dict), f"depends_on must carry a condition, not be a bare list: {depends!r}"
+    assert depends.get("postgres", {}).get("condition") == "service_healthy"
+
+
+def test_both_services_have_healthchecks(config):
+    postgres = healthcheck_words(config["services"]["postgres"])
+    assert postgres[0] in ("CMD", "CMD-SHELL") and "pg_isready" in " ".join(postgres)
+    api = healthcheck_words(config["services"]["api"])
+    assert api[0] in ("CMD", "CMD-SHELL") and urls(api) == [HEALTH_URL], api
+    for name in ("api", "postgres"):
+        assert not config["services"][name]["healthcheck"].get("disable"), name
+
+
+def test_the_volumes(config):
+    assert {"pgdata", "datasets"} <= set(config.get("volumes") or {})
+    assert ("pgdata", "/var/lib/postgresql/data", False) in mounts(config["services"]["postgres"])
+    api = mounts(config["services"]["api"])
+    assert ("datasets", "/data/datasets", False) in api
+    shared = [m for m in api if m[1] == "/data/shared"]
+    assert len(shared) == 1, api
+    source, _, read_only = shared[0]
+    assert read_only, "the shared datasets are mounted read-only"
+    assert Path(source) == ROOT.parent / "shared" / "datasets", "a bind mount of ../shared/datasets"
+
+
+def test_the_api_environment_points_at_the_postgres_service(config):
+    env = environment(config["services"]["api"])
+    url = urlsplit(env["STORETUNE_DATABASE_URL"])
+    postgres = environment(config["services"]["postgres"])
+    assert url.scheme in ("postgresql", "postgresql+psycopg")
+    assert url.hostname == "postgres" and url.hostname in config["services"]
+    assert url.port == 5432
+    assert (url.username, url.password, url.path.lstrip("/")) == (
+        postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], postgres["POSTGRES_DB"])
+    assert env["STORETUNE_DATA_DIRS"].split(":") == ["/data/datasets", "/data/shared"]
+    # Unset on the host: no token, two campaigns at once.
+    assert env["STORETUNE_TOKEN"] == ""
+    assert env["STORETUNE_MAX_CAMPAIGNS"] == "2"
+
+
+def test_the_host_environment_sets_the_token_and_the_campaign_limit(tmp_path):
+    env = environment(resolved(tmp_path, STORETUNE_TOKEN="s3cret", STORETUNE_MAX_CAMPAIGNS="5")["services"]["api"])
+    assert (env["STORETUNE_TOKEN"], env["STORETUNE_MAX_CAMPAIGNS"]) == ("s3cret", "5")
+
+
+def test_docker_compose_config_rejects_a_broken_file(tmp_path):
+    """The check above is not vacuous: the same command refuses a file with a bad depends_on condition."""
+    text = COMPOSE_FILE.read_text()
+    assert "condition: service_healthy" in text
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(text.replace("condition: service_healthy", "condition: service_happy"))
+    proc = compose_config(broken, tmp_path)
+    assert proc.returncode != 0 and "service_happy" in proc.stderr, proc.stderr
+
+
+# --- the Dockerfile, read as text ----------------------------------------------------------------------
+
+
+def instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, current = [], ""
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#") or (not stripped and not current):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        if current.strip():
+            keyword, _, args = current.strip().partition(" ")
+            out.append((keyword.upper(), args.strip()))
+        current = ""
+    return out
+
+
+def words(args: str) -> list[str]:
+    """An instruction's exec form (a JSON array) or its shell form, as a list of words."""
+    if args.startswith("["):
+        return json.loads(args)
+    return ["/bin/sh", "-c", args]
+
+
+def last(keyword: str) -> str | None:
+    found = [args for kw, args in instructions() if kw == keyword]
+    return found[-1] if found else None
+
+
+def test_the_image_runs_storetune_serve():
+    entrypoint, cmd = last("ENTRYPOINT"), last("CMD")
+    assert entrypoint or cmd, "the Dockerfile has neither ENTRYPOINT nor CMD"
+    argv = (words(entrypoint) if entrypoint else []) + (words(cmd) if cmd else [])
+    if argv[:2] == ["/bin/sh", "-c"]:
+        argv = shlex.split(argv[2])
+    assert argv[:2] == ["storetune", "serve"], argv
+    rest = " ".join(argv[2:])
+    assert "--host 0.0.0.0" in rest and "--port 8000" in rest, argv
+    assert any(kw == "EXPOSE" and "8000" in args.split() for kw, args in instructions())
+
+
+def test_the_image_installs_the_device_tools_and_the_project():
+    base = last("FROM")
+    assert base and base.split()[0].startswith("python:3.11") and "bookworm" in base
+    runs = " ".join(args for kw, args in instructions() if kw == "RUN")
+    assert "apt-get install" in runs
+    apt_words = set(runs.split())
+    assert {"fio", "e2fsprogs", "xfsprogs", "btrfs-progs", "util-linux"} <= apt_words, runs
+    assert "pip install '.[rl]'" in runs or 'pip install ".[rl]"' in runs, runs
+    assert any(kw == "COPY" for kw, _ in instructions())
+
+
+def healthcheck_argv() -> list[str]:
+    found = [args for kw, args in instructions() if kw == "HEALTHCHECK"]
+    assert found, "the Dockerfile has no HEALTHCHECK"
+    args = found[-1]
+    assert args.upper() != "NONE"
+    head, _, command = args.partition("CMD ")
+    assert command, f"HEALTHCHECK without CMD: {args}"
+    argv = words(command.strip())
+    return shlex.split(argv[2]) if argv[:2] == ["/bin/sh", "-c"] else argv
+
+
+def test_the_dockerfile_healthcheck_hits_health():
+    argv = healthcheck_argv()
+    assert "curl" not in argv[0] and "wget" not in argv[0], "python:slim has neither curl nor wget"
+    assert urls(argv) == [HEALTH_URL], argv
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self):  # noqa: N802
+        code = self.status if self.path == "/health" else 404
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"status": "ok"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def run_healthcheck(argv: list[str], status: int) -> int:
+    """Run a health-check command with its URL pointed at a loopback server answering `status` on /health."""
+    handler = type("Handler", (_Health,), {"status": status})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/health"
+        argv = [w.replace(HEALTH_URL, url) for w in argv]
+        if argv[0] in ("python", "python3"):
+            argv = [sys.executable, *argv[1:]]
+        return subprocess.run(argv, capture_output=True, timeout=30).returncode
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("source", ["Dockerfile", "docker-compose.yml"])
+def test_the_healthchecks_pass_on_200_and_fail_otherwise(source, tmp_path):
+    if source == "Dockerfile":
+        argv = healthcheck_argv()
+    else:
+        argv = healthcheck_words(resolved(tmp_path)["services"]["api"])
+        assert argv[0] == "CMD", argv
+        argv = argv[1:]
+    assert run_healthcheck(argv, 200) == 0
+    assert run_healthcheck(argv, 503) != 0
+
+
+def test_dockerignore_keeps_local_state_out_but_not_the_build_inputs():
+    patterns = {line.strip() for line in DOCKERIGNORE.read_text().splitlines()
+                if line.strip() and not line.startswith("#")}
+    for needed in (".venv", "results", "*.sqlite", ".git"):
+        assert needed in patterns, needed
+    assert patterns & {"__pycache__", "**/__pycache__"}
+    # pip install '.[rl]' reads these (pyproject: readme, license-files).
+    for kept in ("pyproject.toml", "README.md", "LICENSE", "api", "tuner", "runners", "search_spaces"):
+        assert kept not in patterns, kept
