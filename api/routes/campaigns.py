@@ -83,16 +83,17 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
         runner_class(body.runner)).parameters else {}  # inspect the device runner; its worker sets the device up
     try:
         runner = make_runner(body.runner, settings, **options)
-    except (ValueError, OSError) as e:
-        raise Refused(("body", "runner_settings"), str(e)) from None
+    except (ValueError, LookupError, OSError) as e:  # an unknown space is a KeyError; a missing file, OSError
+        raise Refused(("body", "runner_settings"), e.args[0] if isinstance(e, LookupError) and e.args else str(e)
+                      ) from None
     spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=body.algorithm,
                         algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
                         budget=body.budget, seed=body.seed, repeats=body.repeats, batch_size=body.parallel,
                         warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
     try:
         campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued")
-    except ValueError as e:
-        raise Refused(("body",), str(e)) from None
+    except (ValueError, LookupError) as e:
+        raise Refused(("body",), e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/campaigns/{campaign.id}"
     return public(svc, campaign.record)

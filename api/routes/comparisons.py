@@ -47,8 +47,8 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
                        first_seed=body.first_seed)
     try:
         comparison = Comparison.create(svc.history, spec, origin="api", state="queued")
-    except ValueError as e:
-        raise Refused(("body",), str(e)) from None
+    except (ValueError, LookupError, OSError) as e:
+        raise Refused(("body",), e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/comparisons/{comparison.id}"
     return public(svc, svc.history.comparison(comparison.id))

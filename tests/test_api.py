@@ -1,0 +1,220 @@
+"""The REST service, route by route, on a real SQLite history and on a real PostgreSQL: campaigns
+run in real worker processes of the service, through the same loop as `storetune tune`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.service import ServiceSettings
+from conftest import ROOT, run_cli, shared
+
+
+def client_for(url: str, tmp_path: Path, **settings) -> TestClient:
+    data = settings.pop("data_dirs", f"{shared('moot_configs/BDBC.csv').parent}:{ROOT / 'datasets'}")
+    return TestClient(create_app(ServiceSettings(database_url=url, data_dirs=data, comparison_workers=1,
+                                                 **settings)))
+
+
+def wait_for(client: TestClient, path: str, states: tuple[str, ...], timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(path).json()
+        if body["state"] in states:
+            return body
+        assert time.monotonic() < deadline, f"{path} still {body['state']} after {timeout} s: {body.get('note')}"
+        time.sleep(0.2)
+
+
+def bdbc_campaign(bdbc: Path, **kw) -> dict:
+    return {"runner": "dataset", "runner_settings": {"dataset": str(bdbc)}, "algorithm": "random", "budget": 12,
+            "seed": 1, **kw}
+
+
+@pytest.mark.slow
+def test_a_campaign_launched_over_rest_runs_in_a_worker_and_every_route_reads_it(history_url, tmp_path, bdbc):
+    with client_for(history_url, tmp_path) as client:
+        created = client.post("/campaigns", json=bdbc_campaign(bdbc, algorithm="sa", repeats=2))
+        assert created.status_code == 201, created.text
+        body = created.json()
+        assert created.headers["location"] == f"/campaigns/{body['id']}" == body["links"]["self"]
+        assert body["state"] in ("queued", "running") and body["origin"] == "api"
+
+        done = wait_for(client, f"/campaigns/{body['id']}", ("finished",))
+        assert done["progress"] == {"evaluated": 12, "budget": 12, "trials_by_status": {"SUCCEEDED": 12}}
+        assert done["objective"] == {"metric": "PERF", "direction": "min"} and done["repeats"] == 2
+
+        page = client.get(f"/campaigns/{body['id']}/trials", params={"offset": 5, "limit": 4}).json()
+        assert page["total"] == 12 and [t["number"] for t in page["items"]] == [5, 6, 7, 8]
+        everything = client.get(f"/campaigns/{body['id']}/trials", params={"limit": 1000}).json()["items"]
+        values = [t["value"] for t in everything]
+        assert done["best"]["value"] == min(values)
+        assert done["best"]["config"] == everything[values.index(min(values))]["config"]
+
+        trial = client.get(f"/campaigns/{body['id']}/trials/{done['best']['trial']}").json()
+        assert [m["repeat"] for m in trial["measurements"]] == [0, 1]  # every repeat, with its environment
+        assert all(m["env"]["engine"] == "dataset" and "PERF" in m["metrics"] for m in trial["measurements"])
+        assert trial["value"] == pytest.approx(sum(m["metrics"]["PERF"] for m in trial["measurements"]) / 2)
+        assert client.get(f"/campaigns/{body['id']}/trials/12").status_code == 404
+
+        near = client.get(f"/campaigns/{body['id']}/near-optimal", params={"within": 0.5}).json()
+        assert near["items"][0]["value"] == near["best_value"] == min(values)
+        assert near["total"] == sum(v <= min(values) / 0.5 for v in values)
+        assert client.get(f"/campaigns/{body['id']}/near-optimal", params={"within": 1.5}).status_code == 422
+
+        curve = client.get(f"/campaigns/{body['id']}/convergence").json()
+        points = curve["points"]
+        assert [p["evaluation"] for p in points] == list(range(1, 13))
+        assert [p["value"] for p in points] == values
+        assert [p["best"] for p in points] == [min(values[: k + 1]) for k in range(12)]
+        assert all(p["elapsed_s"] is not None and p["elapsed_s"] >= 0 for p in points)
+
+        listed = client.get("/campaigns", params={"limit": 1}).json()
+        assert listed["total"] == 1 and listed["items"][0]["id"] == body["id"]
+
+
+@pytest.mark.slow
+def test_the_api_and_the_cli_give_the_same_numbers(tmp_path, bdbc):
+    spec = bdbc_campaign(bdbc, algorithm="ga", budget=15, seed=3, algorithm_params={"population_size": 5})
+    with client_for(f"sqlite:///{tmp_path / 'api.sqlite'}", tmp_path) as client:
+        campaign = client.post("/campaigns", json=spec).json()
+        wait_for(client, f"/campaigns/{campaign['id']}", ("finished",))
+        over_rest = client.get(f"/campaigns/{campaign['id']}/trials").json()["items"]
+    cli = run_cli("tune", "--dataset", str(bdbc), "--algorithm", "ga", "--param", "population_size=5", "--budget", "15",
+                  "--seed", "3", "--json", db=f"sqlite:///{tmp_path / 'cli.sqlite'}", check=True)
+    campaign_id = json.loads(cli.stdout.splitlines()[-1])["campaign"]
+    on_the_command_line = json.loads(run_cli("trials", str(campaign_id), "--format", "json",
+                                             db=f"sqlite:///{tmp_path / 'cli.sqlite'}", check=True).stdout)
+    assert [(t["config"], t["value"]) for t in over_rest] == [(t["config"], t["value"]) for t in on_the_command_line]
+
+
+@pytest.mark.slow
+def test_cancel_drains_a_running_campaign_and_a_queued_one_never_starts(tmp_path, bdbc):
+    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, max_campaigns=1) as client:
+        long = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500)).json()
+        queued = client.post("/campaigns", json=bdbc_campaign(bdbc, seed=2)).json()
+        wait_for(client, f"/campaigns/{long['id']}", ("running",))
+        assert client.get(f"/campaigns/{queued['id']}").json()["state"] == "queued"  # one at a time: it waits
+
+        stopped = client.post(f"/campaigns/{queued['id']}/cancel")
+        assert stopped.status_code == 200 and stopped.json()["state"] == "cancelled"
+        deadline = time.monotonic() + 60
+        while client.get(f"/campaigns/{long['id']}").json()["progress"]["evaluated"] < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert client.post(f"/campaigns/{long['id']}/cancel").json()["cancel_requested"] is True
+        drained = wait_for(client, f"/campaigns/{long['id']}", ("cancelled",))
+        assert 5 <= drained["progress"]["evaluated"] < 2500
+        assert set(drained["progress"]["trials_by_status"]) <= {"SUCCEEDED", "PENDING"}  # nothing left RUNNING
+
+        assert client.post(f"/campaigns/{long['id']}/cancel").status_code == 409
+        time.sleep(1)
+        assert client.get(f"/campaigns/{queued['id']}").json()["progress"]["evaluated"] == 0
+
+        resumed = client.post(f"/campaigns/{queued['id']}/resume")
+        assert resumed.status_code == 200 and resumed.json()["state"] in ("queued", "running")
+        assert wait_for(client, f"/campaigns/{queued['id']}", ("finished",))["progress"]["evaluated"] == 12
+        assert client.post(f"/campaigns/{queued['id']}/resume").status_code == 409  # finished: nothing to resume
+
+
+@pytest.mark.slow
+def test_a_comparison_over_rest_has_success_curves(tmp_path, bdbc):
+    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path) as client:
+        created = client.post("/comparisons", json={
+            "dataset": [str(bdbc)], "algorithms": ["random", {"algorithm": "ga", "params": {"population_size": 6}}],
+            "seeds": 2, "budget": 20})
+        assert created.status_code == 201, created.text
+        done = wait_for(client, f"/comparisons/{created.json()['id']}", ("finished",))
+        assert set(done["results"]["algorithms"]) == {"random", "ga[population_size=6]"}
+        assert all(len(a["success_at"]) == 20 for a in done["results"]["algorithms"].values())
+        assert done["campaigns"] == 4
+        assert client.get("/comparisons").json()["total"] == 1
+
+
+def test_bad_input_is_a_4xx_naming_the_field(tmp_path, bdbc):
+    outside = tmp_path / "elsewhere.csv"
+    outside.write_text("a,b,PERF\n1,2,3\n")
+
+    def post(body: dict, status: int, where: list) -> None:
+        response = client.post("/campaigns", json=body)
+        assert response.status_code == status, response.text
+        assert response.json()["detail"][0]["loc"][: len(where)] == where, response.text
+
+    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, allow_devices="/dev/sdz") as client:
+        post({**bdbc_campaign(bdbc), "runner": "nope"}, 422, ["body", "runner"])
+        post(bdbc_campaign(bdbc, algorithm="nope"), 422, ["body", "algorithm"])
+        post(bdbc_campaign(bdbc, algorithm="ga", algorithm_params={"mutation_rate": 2}), 422,
+             ["body", "algorithm_params"])
+        post(bdbc_campaign(bdbc, algorithm="ga", algorithm_params={"no_such": 1}), 422, ["body", "algorithm_params"])
+        post(bdbc_campaign(bdbc, budget=0), 422, ["body", "budget"])
+        post(bdbc_campaign(bdbc, budget=100_000), 422, ["body"])  # more than the table's configurations
+        post(bdbc_campaign(bdbc, parallel=0), 422, ["body", "parallel"])
+        post({**bdbc_campaign(bdbc), "runner_settings": {"dataset": str(outside)}}, 403,
+             ["body", "runner_settings", "dataset", 0])
+        post({**bdbc_campaign(bdbc), "runner_settings": {"dataset": str(bdbc), "colour": 1}}, 422,
+             ["body", "runner_settings", "colour"])
+        post({"runner": "device", "runner_settings": {"space": "no_such_space"}}, 422, ["body", "runner_settings"])
+        post({"runner": "device", "runner_settings": {"workload": "tpcc"}}, 422, ["body", "runner_settings", "workload"])
+        post({"runner": "device", "runner_settings": {"device": "/dev/sda"}}, 403, ["body", "runner_settings", "device"])
+        post({"runner": "device", "runner_settings": {"device": "/dev/sdz", "allow_device": ["/dev/sda"]}}, 422,
+             ["body", "runner_settings", "allow_device"])
+        post({"runner": "command", "runner_settings": {"command": "rm -rf /", "space": "storage_v1"}}, 403,
+             ["body", "runner"])
+        post({**bdbc_campaign(bdbc), "fix": {"no_such_knob": 1}}, 422, ["body"])
+        malformed = client.post("/campaigns", content=b'{"runner": "dataset",', headers={"content-type": "application/json"})
+        assert malformed.status_code == 422
+        assert client.get("/campaigns/999").status_code == 404
+        assert client.post("/campaigns/999/cancel").status_code == 404
+        assert client.get("/campaigns").json()["total"] == 0  # nothing was written by a refused request
+        bad_page = client.get("/campaigns", params={"limit": 0})
+        assert bad_page.status_code == 422 and "limit" in bad_page.json()["detail"][0]["loc"]
+        assert client.post("/comparisons", json={"dataset": [str(bdbc)], "algorithms": ["ga:mutation_rate=7"]}
+                           ).status_code == 422
+
+
+def test_a_token_guards_every_mutating_call_and_reads_stay_open(tmp_path, bdbc):
+    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, token="s3cret") as client:
+        assert client.post("/campaigns", json=bdbc_campaign(bdbc)).status_code == 401
+        wrong = client.post("/campaigns", json=bdbc_campaign(bdbc), headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+        assert client.post("/comparisons", json={"dataset": [str(bdbc)]}).status_code == 401
+        assert client.post("/campaigns/1/cancel").status_code == 401
+        assert client.get("/campaigns").status_code == 200 and client.get("/health").json()["auth"] is True
+        ok = client.post("/campaigns", json=bdbc_campaign(bdbc), headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 201
+
+
+def test_the_catalog_says_what_can_be_asked_for(tmp_path, bdbc):
+    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path) as client:
+        spaces = client.get("/spaces").json()
+        assert {"storage_v1", "storage_v2", "admission"} <= {s["name"] for s in spaces["items"]}
+        v2 = client.get("/spaces/storage_v2").json()
+        assert v2["configurations"] == 400_320 and any(p["name"] == "io_scheduler" for p in v2["parameters"])
+        assert client.get("/spaces/nope").status_code == 404
+
+        runners = {r["name"]: r["settings_schema"] for r in client.get("/runners").json()}
+        assert set(runners) == {"dataset", "command", "device", "admission"}
+        assert runners["device"]["properties"]["runtime_s"]["default"] == 10.0
+        assert runners["dataset"]["required"] == ["dataset"]
+
+        algorithms = {a["name"]: a for a in client.get("/algorithms").json()}
+        assert {"random", "sa", "ga", "bo", "dqn"} <= set(algorithms)
+        mutation = algorithms["ga"]["hyperparameters"]["properties"]["mutation_rate"]
+        assert (mutation["minimum"], mutation["maximum"], mutation["default"]) == (0, 1, 0.1)
+
+        tables = client.get("/datasets", params={"limit": 1000}).json()
+        paths = {d["path"]: d for d in tables["items"]}
+        assert str(bdbc) in paths and paths[str(bdbc)]["kind"] == "table"
+        own = ROOT / "datasets" / "loop-storage-v2"
+        assert paths[str(own)]["kind"] == "dataset"
+        assert tables["total"] == len(tables["items"])
+
+        health = client.get("/health").json()
+        assert health["status"] == "ok" and health["executor"]["kind"] == "local"
+        assert client.get("/openapi.json").json()["info"]["title"] == "StoreTune"
+        assert client.get("/docs").status_code == 200
