@@ -93,14 +93,14 @@ class Scheduler:
         """The service's campaigns left running by a service that is gone go back to the queue;
         its comparisons, which do not resume, are marked interrupted."""
         for c in self.history.campaigns(origin="api", states=("running",)):
-            if not self._driver_alive(c.driver_host, c.driver_pid):
+            if not self.driver_alive(c.driver_host, c.driver_pid):
                 self.history.transition(c.id, ["running"], state="queued",
                                         note="the service stopped while it ran; resumed at the next start")
         for c in self.history.comparisons(origin="api", states=("running",)):
             self.history.finish_comparison(c.id, "interrupted", None,
                                            "the service stopped while it ran; launch it again")
 
-    def _driver_alive(self, host: str | None, pid: int | None) -> bool:
+    def driver_alive(self, host: str | None, pid: int | None) -> bool:
         if pid is None or host != self.host:
             return pid is not None and host != self.host  # another host's driver: not ours to judge
         try:

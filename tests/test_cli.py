@@ -76,6 +76,15 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--runner", "fio"], "unknown runner 'fio'"),
         (["tune", "--resume", "77"], "no campaign 77"),
         (["trials", "12"], "no campaign 12"),
+        (["tune", "--dataset", "{bdbc}", "--algorithm", "ga", "--param", "mutation_rate=2"],
+         "ga:mutation_rate='2': Input should be less than or equal to 1"),
+        (["tune", "--dataset", "{bdbc}", "--algorithm", "bo", "--param", "acq=XX"], "bo:acq='XX': Input should be"),
+        (["tune", "--dataset", "{bdbc}", "--parallel", "0"], "--parallel must be at least 1, not 0"),
+        (["tune", "--dataset", "{bdbc}", "--workload", "varmail"], "--workload does not apply to the dataset runner"),
+        (["tune", "--runner", "device", "--runtime", "-1", "--dry-run"], "device runner: runtime_s: Input should be "
+                                                                          "greater than 0"),
+        (["tune", "--runner", "device", "--workload", "tpcc", "--dry-run"], "device runner: workload: Input should be"),
+        (["tune", "--runner", "command", "--space", "storage_v1"], "command runner: command: Field required"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Path, args, message):

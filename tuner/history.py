@@ -84,12 +84,12 @@ class History:
     def transition(self, campaign_id: int, from_states: Sequence[str], **values: Any) -> bool:
         """Change the campaign only if its state is one of ``from_states``, atomically (two service
         processes, or a request and a worker, never both win); returns whether it changed."""
+        return self._transition(CampaignRecord, campaign_id, from_states, values)
+
+    def _transition(self, table: Any, row_id: int, from_states: Sequence[str], values: dict[str, Any]) -> bool:
         with self.session() as s, s.begin():
-            result = s.execute(
-                update(CampaignRecord)
-                .where(CampaignRecord.id == campaign_id, CampaignRecord.state.in_(list(from_states)))
-                .values(**values)
-            )
+            result = s.execute(update(table).where(table.id == row_id, table.state.in_(list(from_states)))
+                               .values(**values))
             return bool(result.rowcount)
 
     def cancel_requested(self, campaign_id: int) -> bool:
@@ -156,13 +156,8 @@ class History:
             )
 
     def transition_comparison(self, comparison_id: int, from_states: Sequence[str], **values: Any) -> bool:
-        with self.session() as s, s.begin():
-            result = s.execute(
-                update(ComparisonRecord)
-                .where(ComparisonRecord.id == comparison_id, ComparisonRecord.state.in_(list(from_states)))
-                .values(**values)
-            )
-            return bool(result.rowcount)
+        """``transition`` for a comparison."""
+        return self._transition(ComparisonRecord, comparison_id, from_states, values)
 
     def comparison(self, comparison_id: int) -> ComparisonView:
         with self.session() as s:

@@ -148,7 +148,7 @@ def resume_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
     c = _campaign(svc, campaign_id)
     if c.comparison_id is not None:
         raise HTTPException(409, f"campaign {campaign_id} is a seed of comparison {c.comparison_id}; it is complete")
-    dead_driver = c.state == "running" and not svc.scheduler._driver_alive(c.driver_host, c.driver_pid) \
+    dead_driver = c.state == "running" and not svc.scheduler.driver_alive(c.driver_host, c.driver_pid) \
         and c.driver_pid is not None
     states = RESUMABLE + (("running",) if dead_driver else ())
     if c.state not in states:

@@ -1,0 +1,101 @@
+"""The seams the CLI, the service and workers share: runner settings models, the shared
+validate-and-never-raise wrapper, frozen views, the one "better", and the dry run's path."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conftest import run_cli, shared
+from runners import Measurement, RunnerBase, Status, make_runner
+from runners.settings import SETTINGS, DeviceSettings
+from search_spaces import format_config, load_space
+from search_spaces.status import better, loss, within_of_best
+from tuner import Campaign, CampaignSpec, History, make_tuner
+
+
+def test_a_runner_is_built_from_its_settings_model_and_gives_them_back():
+    table = str(shared("moot_configs/BDBC.csv"))
+    runner = make_runner("dataset", {"dataset": table})
+    again = make_runner("dataset", runner.settings())
+    assert again.settings() == runner.settings() and again.workload.fingerprint() == runner.workload.fingerprint()
+    with pytest.raises(ValueError, match=r"dataset runner: colour: not a setting of this runner"):
+        make_runner("dataset", {"dataset": table, "colour": "red"})
+    with pytest.raises(ValueError, match=r"dataset runner: .*color.*not a setting"):
+        make_runner("dataset", dataset=table, color="red")
+    assert set(SETTINGS) == {"dataset", "command", "device", "admission"}
+
+
+def test_the_device_settings_have_one_set_of_defaults():
+    runner = make_runner("device", dry_run=True, echo=lambda _line: None)
+    assert runner.settings() == DeviceSettings().model_dump(mode="json")
+    assert runner.runtime_s == DeviceSettings().runtime_s and str(runner.loop_dir) == DeviceSettings().loop_dir
+
+
+class Exploding(RunnerBase):
+    name = "exploding"
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.space = load_space("storage_v1")
+        self.workload = None  # type: ignore[assignment]
+        self.calls = 0
+
+    def measure(self, config, workload, *, seed):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        raise RuntimeError("disk on fire")
+
+
+def test_the_shared_wrapper_validates_once_and_never_raises():
+    runner = Exploding()
+    outside = runner.space.default().replace(no_such_knob=1)
+    m = runner.run(outside, None, seed=0)  # type: ignore[arg-type]
+    assert m.status is Status.INVALID and "no_such_knob" in m.reason and runner.calls == 0
+    m = runner.run(runner.space.default(), None, seed=0)  # type: ignore[arg-type]
+    assert (m.status, m.reason, runner.calls) == (Status.FAILED, "runner raised RuntimeError: disk on fire", 1)
+
+
+def test_the_history_hands_out_frozen_views(sqlite_url):
+    history = History(sqlite_url)
+    spec = CampaignSpec(runner="dataset", runner_settings={"dataset": str(shared("moot_configs/BDBC.csv"))},
+                        budget=3)
+    campaign = Campaign.create(history, spec)
+    campaign.run()
+    record, trials = history.campaign(campaign.id), history.trials(campaign.id, measurements=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.state = "running"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trials[0].value = 0.0  # type: ignore[misc]
+    assert trials[0].measurements and trials[0].measurements[0].env["engine"] == "dataset"
+    assert history.trials(campaign.id)[0].measurements is None  # read without them, and it says so
+    assert history.campaign(campaign.id).state == "finished"
+
+
+def test_one_helper_decides_better_in_both_directions():
+    assert better(1.0, 2.0, "min") and not better(2.0, 1.0, "min") and not better(1.0, 1.0, "min")
+    assert better(2.0, 1.0, "max") and loss(3.0, "max") == -3.0
+    assert within_of_best(99.0, 100.0, "max", 0.99) and not within_of_best(98.9, 100.0, "max", 0.99)
+    assert within_of_best(101.0, 100.0, "min", 0.99) and not within_of_best(101.1, 100.0, "min", 0.99)
+    with pytest.raises(ValueError, match="direction must be 'min' or 'max'"):
+        better(1.0, 2.0, "up")
+
+
+def test_a_measurement_is_data_not_an_exception():
+    assert Measurement.failed(Status.TIMEOUT, "slow").status is Status.TIMEOUT
+
+
+def test_the_dry_run_goes_through_the_campaign_path(sqlite_url):
+    """The dry run honours --fix and --repeats, and shows the configurations the campaign would run."""
+    proc = run_cli("tune", "--runner", "device", "--dry-run", "--fix", "fs=xfs", "--repeats", "2",
+                   "--algorithm", "random", "--seed", "4", "--budget", "5", db=sqlite_url, check=True)
+    headers = [line for line in proc.stdout.splitlines() if line.startswith("# evaluation")]
+    assert len(headers) == 3 and all("fs=xfs" in h for h in headers), proc.stdout
+    assert proc.stdout.count("mkfs.xfs") >= 3 and "2 repeats each" in proc.stdout
+    assert "# teardown" in proc.stdout and History(sqlite_url).campaigns() == []
+
+    # the same configurations a real campaign with the same seed asks first
+    space = load_space("storage_v2").fix({"fs": "xfs"})
+    first = make_tuner("random", space, seed=4, direction="max").ask(3)
+    for header, config in zip(headers, first):
+        assert header.endswith(format_config(config))
