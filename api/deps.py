@@ -6,7 +6,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Query, Request
+from fastapi import Depends, HTTPException, Path, Query, Request
 
 from api.scheduler import Scheduler
 from api.service import ServiceSettings
@@ -53,3 +53,10 @@ def paging(offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 
 
 PagingDep = Annotated[Paging, Depends(paging)]
+
+
+# Ids are the history's INTEGER keys (32-bit on PostgreSQL): a larger one is a 422, not a database error.
+MAX_ID = 2**31 - 1
+CampaignId = Annotated[int, Path(ge=1, le=MAX_ID, description="A campaign's id.")]
+ComparisonId = Annotated[int, Path(ge=1, le=MAX_ID, description="A comparison's id.")]
+TrialNumber = Annotated[int, Path(ge=0, le=MAX_ID, description="A trial's number in its campaign, from 0.")]

@@ -100,7 +100,7 @@ class TrialPublic(BaseModel):
     config: dict[str, Any]
     config_hash: str
     seed: int
-    retry_of: int | None
+    retry_of: int | None = Field(description="The number of the STALE trial this one re-runs, if any.")
     started_at: datetime | None
     finished_at: datetime | None
 

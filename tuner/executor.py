@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from runners import Measurement, Runner, Status, Workload, raised
 from search_spaces import Config
 
 log = logging.getLogger(__name__)
+DRIVER_POLL_S = 0.5
 
 Recorder = Callable[["Job", int, Measurement], None]
 T = TypeVar("T")
@@ -80,13 +83,29 @@ class LocalExecutor:
         return map(fn, items)
 
 
-def _one_thread_per_worker() -> None:
-    """Workers share the machine's cores: BLAS and torch each get one thread per worker."""
+def _start_worker(driver: int) -> None:
+    """Workers share the machine's cores: BLAS and torch each get one thread per worker. And they
+    end when their driver dies, however it dies (a SIGKILLed `tune` or service worker)."""
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+    threading.Thread(target=_exit_with_driver, args=(driver,), name="storetune-driver-watch", daemon=True).start()
+
+
+def _exit_with_driver(driver: int) -> None:
+    """Polled by hand: pool workers are children of the forkserver, not of the driver, so the
+    kernel's parent-death signal cannot tie them to it. A measurement the driver will never record
+    would only disturb the next one."""
+    while True:
+        time.sleep(DRIVER_POLL_S)
+        try:
+            os.kill(driver, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:  # alive, under another user (a reused pid at worst)
+            pass
 
 
 class ProcessExecutor(LocalExecutor):
@@ -105,7 +124,8 @@ class ProcessExecutor(LocalExecutor):
         if self._pool is None:
             # forkserver: workers start clean, never as forks of a process that may hold torch threads
             context = multiprocessing.get_context("forkserver")
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_one_thread_per_worker)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker,
+                                             initargs=(os.getpid(),))
         return self._pool
 
     def close(self) -> None:

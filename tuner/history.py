@@ -250,6 +250,14 @@ class History:
         with self.session() as s:
             return [tuple(row) for row in s.execute(query)]  # type: ignore[misc]
 
+    def numbers(self, trial_ids: Iterable[int]) -> dict[int, int]:
+        """Trial id -> its number in its campaign (trials point at the trial they re-run by id)."""
+        ids = list(set(trial_ids))
+        if not ids:
+            return {}
+        with self.session() as s:
+            return {i: n for i, n in s.execute(select(TrialRecord.id, TrialRecord.number).where(TrialRecord.id.in_(ids)))}
+
     def trial(self, campaign_id: int, number: int) -> TrialView:
         """Trial ``number`` of the campaign, with every repeat's measurement."""
         query = (select(TrialRecord).where(TrialRecord.campaign_id == campaign_id, TrialRecord.number == number)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
 from runners import Measurement, Status
@@ -111,9 +111,16 @@ class ComparisonView:
 
 
 def view(cls: type[V], row: Any, **extra: Any) -> V:
-    """The frozen view ``cls`` of an ORM row (or any object with the same attributes)."""
+    """The frozen view ``cls`` of an ORM row (or any object with the same attributes). Times are
+    always UTC-aware: the history writes them in UTC, and SQLite gives them back without the zone."""
     names = [f.name for f in dataclasses.fields(cls) if f.name not in extra]  # type: ignore[arg-type]
-    return cls(**{n: getattr(row, n) for n in names}, **extra)
+    return cls(**{n: _utc(getattr(row, n)) for n in names}, **extra)
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
 
 
 class TrialStore(Protocol):

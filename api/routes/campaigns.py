@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import ValidationError
 
-from api.deps import Auth, PagingDep, ServiceDep
+from api.deps import Auth, CampaignId, PagingDep, ServiceDep, TrialNumber
 from api.schemas import (
     Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, Progress, TrialDetail, TrialPublic,
 )
@@ -51,8 +51,17 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
     )
 
 
-def trial_public(t: TrialView) -> dict[str, Any]:
-    return {k: getattr(t, k) for k in TrialPublic.model_fields}
+def trial_public(t: TrialView, numbers: dict[int, int]) -> dict[str, Any]:
+    """A trial as the API shows it: trials are addressed by number, so ``retry_of`` is the number of
+    the STALE trial this one re-runs (the history keeps its internal id)."""
+    fields = {k: getattr(t, k) for k in TrialPublic.model_fields}
+    fields["retry_of"] = None if t.retry_of is None else numbers.get(t.retry_of)
+    return fields
+
+
+def trials_public(svc: Any, trials: list[TrialView]) -> list[TrialPublic]:
+    numbers = svc.history.numbers(t.retry_of for t in trials if t.retry_of is not None)
+    return [TrialPublic(**trial_public(t, numbers)) for t in trials]
 
 
 def _campaign(svc: Any, campaign_id: int) -> CampaignView:
@@ -119,14 +128,14 @@ def list_campaigns(svc: ServiceDep, page: PagingDep,
 
 
 @router.get("/{campaign_id}", response_model=CampaignPublic, responses={404: {}})
-def get_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
+def get_campaign(campaign_id: CampaignId, svc: ServiceDep) -> CampaignPublic:
     """State, progress (evaluated/budget), the best so far and the held-out test_value."""
     return public(svc, _campaign(svc, campaign_id))
 
 
 @router.post("/{campaign_id}/cancel", response_model=CampaignPublic, dependencies=Auth,
              responses={401: {}, 404: {}, 409: {}})
-def cancel_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
+def cancel_campaign(campaign_id: CampaignId, svc: ServiceDep) -> CampaignPublic:
     """Drain: the trials running finish and are recorded, no new one starts; the state becomes
     cancelled (at once for a queued campaign)."""
     c = _campaign(svc, campaign_id)
@@ -142,7 +151,7 @@ def cancel_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
 
 @router.post("/{campaign_id}/resume", response_model=CampaignPublic, dependencies=Auth,
              responses={401: {}, 404: {}, 409: {}})
-def resume_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
+def resume_campaign(campaign_id: CampaignId, svc: ServiceDep) -> CampaignPublic:
     """Continue a campaign that was cancelled, interrupted or failed, exactly as `tune --resume`
     does: trials that were running are re-run, the finished ones are replayed into the algorithm."""
     c = _campaign(svc, campaign_id)
@@ -162,27 +171,28 @@ def resume_campaign(campaign_id: int, svc: ServiceDep) -> CampaignPublic:
 
 
 @router.get("/{campaign_id}/trials", response_model=Page[TrialPublic], responses={404: {}})
-def list_trials(campaign_id: int, svc: ServiceDep, page: PagingDep) -> Page[TrialPublic]:
+def list_trials(campaign_id: CampaignId, svc: ServiceDep, page: PagingDep) -> Page[TrialPublic]:
     """The campaign's trials in the order they were asked."""
     _campaign(svc, campaign_id)
     rows = svc.history.trials(campaign_id, offset=page.offset, limit=page.limit)
-    return Page(items=[TrialPublic(**trial_public(t)) for t in rows], total=svc.history.count_trials(campaign_id),
+    return Page(items=trials_public(svc, rows), total=svc.history.count_trials(campaign_id),
                 offset=page.offset, limit=page.limit)
 
 
 @router.get("/{campaign_id}/trials/{number}", response_model=TrialDetail, responses={404: {}})
-def get_trial(campaign_id: int, number: int, svc: ServiceDep) -> TrialDetail:
+def get_trial(campaign_id: CampaignId, number: TrialNumber, svc: ServiceDep) -> TrialDetail:
     """One trial with every repeat's measurement and the environment it ran in."""
     _campaign(svc, campaign_id)
     try:
         t = svc.history.trial(campaign_id, number)
     except LookupError as e:
         raise HTTPException(404, str(e)) from None
-    return TrialDetail(**trial_public(t), measurements=[m.__dict__ for m in t.measurements or ()])
+    numbers = svc.history.numbers([t.retry_of] if t.retry_of is not None else [])
+    return TrialDetail(**trial_public(t, numbers), measurements=[m.__dict__ for m in t.measurements or ()])
 
 
 @router.get("/{campaign_id}/near-optimal", response_model=NearOptimal, responses={404: {}, 422: {}})
-def near_optimal(campaign_id: int, svc: ServiceDep,
+def near_optimal(campaign_id: CampaignId, svc: ServiceDep,
                  within: Annotated[float, Query(gt=0, le=1, description="Share of the best value.")] = 0.99
                  ) -> NearOptimal:
     """The trials within ``within`` of the best value measured so far, best first."""
@@ -193,11 +203,11 @@ def near_optimal(campaign_id: int, svc: ServiceDep,
         raise Refused(("query", "within"), str(e)) from None
     return NearOptimal(within=within, best_value=near[0].value if near else None,
                        objective=Objective(metric=c.objective_metric, direction=c.objective_direction),  # type: ignore[arg-type]
-                       items=[TrialPublic(**trial_public(t)) for t in near], total=len(near))
+                       items=trials_public(svc, near), total=len(near))
 
 
 @router.get("/{campaign_id}/convergence", response_model=Convergence, responses={404: {}})
-def get_convergence(campaign_id: int, svc: ServiceDep) -> Convergence:
+def get_convergence(campaign_id: CampaignId, svc: ServiceDep) -> Convergence:
     """Best-so-far and each evaluation's value, against evaluations and seconds since the start."""
     c = _campaign(svc, campaign_id)
     points = convergence(svc.history.outcomes(campaign_id), c.objective_direction)

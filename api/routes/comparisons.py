@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response
 
-from api.deps import Auth, PagingDep, ServiceDep
+from api.deps import Auth, ComparisonId, PagingDep, ServiceDep
 from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
 from api.service import Refused, apply_policy
 from tuner.views import ComparisonView
@@ -61,7 +61,7 @@ def list_comparisons(svc: ServiceDep, page: PagingDep) -> Page[ComparisonPublic]
 
 
 @router.get("/{comparison_id}", response_model=ComparisonPublic, responses={404: {}})
-def get_comparison(comparison_id: int, svc: ServiceDep) -> ComparisonPublic:
+def get_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> ComparisonPublic:
     """State and, once finished, the results: per algorithm the median evaluations to near-optimal,
     the success curve (success_at[k-1]: share of seeds that found one within k evaluations)."""
     try:
