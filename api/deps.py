@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
-from typing import Annotated
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Query, Request
 
@@ -18,6 +20,30 @@ class Service:
     settings: ServiceSettings
     history: History
     scheduler: Scheduler
+    cache: ResponseCache = field(default_factory=lambda: ResponseCache(64))
+
+
+class ResponseCache:
+    """Answers computed from all of a campaign's trials, kept until one of its trials changes (the
+    key carries ``History.trials_version``): every client polling a live report shares one
+    computation per finished trial. Bounded, least recently used first out."""
+
+    def __init__(self, size: int):
+        self.size, self._items, self._lock = size, OrderedDict[Any, bytes](), threading.Lock()
+
+    def get(self, key: Any) -> bytes | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        return None
+
+    def put(self, key: Any, body: bytes) -> None:
+        with self._lock:
+            self._items[key] = body
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
 
 
 def service(request: Request) -> Service:

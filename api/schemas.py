@@ -117,20 +117,18 @@ class NearOptimal(BaseModel):
     total: int
 
 
-class ConvergencePointPublic(BaseModel):
-    evaluation: int
-    trial: int
-    status: str
-    value: float | None
-    best: float | None
-    elapsed_s: float | None
-
-
 class Convergence(BaseModel):
+    """Columns, one entry per evaluation (finished trials only), in the order they were asked."""
+
     campaign: int
     objective: Objective
     budget: int
-    points: list[ConvergencePointPublic]
+    evaluation: list[int] = Field(description="1, 2, ...: the k-th finished trial.")
+    trial: list[int] = Field(description="Its trial number.")
+    status: list[str]
+    value: list[float | None] = Field(description="Its value: what production suffers while tuning.")
+    best: list[float | None] = Field(description="The best value so far.")
+    elapsed_s: list[float | None] = Field(description="Seconds from the campaign's first start to its end.")
 
 
 class VariantCreate(BaseModel):

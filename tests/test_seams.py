@@ -99,3 +99,22 @@ def test_the_dry_run_goes_through_the_campaign_path(sqlite_url):
     first = make_tuner("random", space, seed=4, direction="max").ask(3)
     for header, config in zip(headers, first):
         assert header.endswith(format_config(config))
+
+
+def test_convergence_counts_finished_trials_and_keeps_the_best_in_both_directions():
+    from datetime import datetime, timedelta, timezone
+
+    from tuner.analysis import convergence
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = [(0, "SUCCEEDED", 5.0, t0, t0 + timedelta(seconds=1)),
+            (1, "STALE", None, t0, t0 + timedelta(seconds=2)),
+            (2, "FAILED", None, t0, t0 + timedelta(seconds=3)),
+            (3, "SUCCEEDED", 7.0, t0, t0 + timedelta(seconds=4)),
+            (4, "SUCCEEDED", 3.0, t0, t0 + timedelta(seconds=5)),
+            (5, "RUNNING", None, t0, None)]
+    low = convergence(rows, "min")
+    assert (low.evaluation, low.trial, low.value) == ([1, 2, 3, 4], [0, 2, 3, 4], [5.0, None, 7.0, 3.0])
+    assert low.best == [5.0, 5.0, 5.0, 3.0] and low.elapsed_s == [1.0, 3.0, 4.0, 5.0]
+    assert convergence(rows, "max").best == [5.0, 5.0, 7.0, 7.0]
+    assert convergence([(0, "FAILED", None, t0, t0)], "max").best == [None]

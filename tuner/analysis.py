@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from runners import Status
 from search_spaces.status import best_of, better, within_of_best
 from search_spaces.status import loss as to_loss
@@ -104,34 +106,44 @@ def table_rank(config: Mapping[str, Any], means: Mapping[Any, float], direction:
 
 
 @dataclass(frozen=True)
-class ConvergencePoint:
-    """The k-th evaluation of a campaign: its value (what production suffers while tuning), the best
-    value so far, and the seconds since the campaign's first trial started."""
+class Convergence:
+    """A campaign's convergence, as columns (one entry per evaluation, in order): the trial, its
+    status, its value (what production suffers while tuning), the best value so far, and the seconds
+    since the campaign's first trial started. Columns, because plots take arrays."""
 
-    evaluation: int  # 1-based, counting finished trials only
-    trial: int
-    status: str
-    value: float | None
-    best: float | None
-    elapsed_s: float | None
+    evaluation: list[int]  # 1-based, counting finished trials only
+    trial: list[int]
+    status: list[str]
+    value: list[float | None]
+    best: list[float | None]
+    elapsed_s: list[float | None]
+
+    def to_dict(self) -> dict[str, list[Any]]:
+        return dict(self.__dict__)
 
 
-def convergence(outcomes: Sequence[tuple[int, str, float | None, Any, Any]], direction: str) -> list[ConvergencePoint]:
+def convergence(outcomes: Sequence[tuple[int, str, float | None, Any, Any]], direction: str) -> Convergence:
     """Best-so-far and instantaneous value against evaluations and wall time, from the history's
     (number, status, value, started_at, finished_at) rows in the order of asking. Unfinished and
-    STALE trials do not count as evaluations."""
-    starts = [row[3] for row in outcomes if row[3] is not None]
+    STALE trials do not count as evaluations. Vectorised: it is read on every refresh of a report."""
+    terminal = {s.value for s in Status if s.terminal}
+    rows = [r for r in outcomes if r[1] in terminal]
+    starts = [r[3] for r in outcomes if r[3] is not None]
     origin = min(starts) if starts else None
-    points: list[ConvergencePoint] = []
-    best: float | None = None
-    for number, status, value, _started, finished in outcomes:
-        if not Status(status).terminal:
-            continue
-        if status == Status.SUCCEEDED.value and value is not None and (best is None or better(value, best, direction)):
-            best = value
-        elapsed = (finished - origin).total_seconds() if origin is not None and finished is not None else None
-        points.append(ConvergencePoint(len(points) + 1, number, status, value, best, elapsed))
-    return points
+    values = np.array([r[2] if r[1] == Status.SUCCEEDED.value and r[2] is not None else np.nan for r in rows],
+                      dtype=float)
+    values[np.isinf(values)] = np.nan
+    losses = np.where(np.isnan(values), np.inf, values if direction == "min" else -values)
+    running = np.minimum.accumulate(losses) if len(rows) else losses
+    best = np.where(np.isinf(running), np.nan, running if direction == "min" else -running)
+    return Convergence(
+        evaluation=list(range(1, len(rows) + 1)),
+        trial=[r[0] for r in rows],
+        status=[r[1] for r in rows],
+        value=[None if np.isnan(v) or np.isinf(v) else float(v) for v in values],
+        best=[None if np.isnan(b) else float(b) for b in best],
+        elapsed_s=[None if origin is None or r[4] is None else (r[4] - origin).total_seconds() for r in rows],
+    )
 
 
 def near_optimal_trials(trials: Sequence[TrialView], direction: str, within: float) -> list[TrialView]:

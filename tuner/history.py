@@ -230,8 +230,8 @@ class History:
             return {status: int(n) for status, n in s.execute(query)}
 
     def best_trial(self, campaign_id: int, direction: str) -> TrialView | None:
-        """The succeeded trial with the best value (ties: the earliest), with its measurements,
-        found by the database (an index on the campaign's trials, not a scan in Python)."""
+        """The succeeded trial with the best value (ties: the earliest), with its measurements: the
+        first row of the (campaign, status, value) index, not a sort of the campaign's trials."""
         value = TrialRecord.value if direction == "min" else TrialRecord.value.desc()
         query = (select(TrialRecord)
                  .where(TrialRecord.campaign_id == campaign_id, TrialRecord.status == Status.SUCCEEDED.value,
@@ -240,6 +240,14 @@ class History:
         with self.session() as s:
             record = s.scalar(query)
             return None if record is None else _trial_view(record, True)
+
+    def trials_version(self, campaign_id: int) -> tuple[Any, ...]:
+        """What changes whenever a trial of the campaign is added or changes state (every change
+        sets a time or adds a row): a cheap key for caching what is computed from all its trials."""
+        query = select(func.count(TrialRecord.id), func.max(TrialRecord.started_at), func.max(TrialRecord.finished_at),
+                       func.count(TrialRecord.finished_at)).where(TrialRecord.campaign_id == campaign_id)
+        with self.session() as s:
+            return tuple(s.execute(query).one())
 
     def outcomes(self, campaign_id: int) -> list[tuple[int, str, float | None, Any, Any]]:
         """(number, status, value, started_at, finished_at) of every trial, in order: what convergence

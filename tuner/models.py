@@ -85,7 +85,7 @@ class TrialRecord(Base):
     __tablename__ = "trials"
     __table_args__ = (
         UniqueConstraint("campaign_id", "number"),
-        Index("ix_trials_campaign_status", "campaign_id", "status"),
+        Index("ix_trials_campaign_status_value", "campaign_id", "status", "value"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
@@ -207,10 +208,16 @@ def near_optimal(campaign_id: CampaignId, svc: ServiceDep,
 
 
 @router.get("/{campaign_id}/convergence", response_model=Convergence, responses={404: {}})
-def get_convergence(campaign_id: CampaignId, svc: ServiceDep) -> Convergence:
-    """Best-so-far and each evaluation's value, against evaluations and seconds since the start."""
+def get_convergence(campaign_id: CampaignId, svc: ServiceDep) -> Response:
+    """Best-so-far and each evaluation's value, against evaluations and seconds since the start.
+    Computed once per change of the campaign's trials, however many clients poll it."""
     c = _campaign(svc, campaign_id)
-    points = convergence(svc.history.outcomes(campaign_id), c.objective_direction)
-    return Convergence(campaign=c.id, objective=Objective(metric=c.objective_metric,
-                                                          direction=c.objective_direction),  # type: ignore[arg-type]
-                       budget=c.budget, points=[p.__dict__ for p in points])
+    key = ("convergence", campaign_id, svc.history.trials_version(campaign_id))
+    body = svc.cache.get(key)
+    if body is None:
+        columns = convergence(svc.history.outcomes(campaign_id), c.objective_direction)
+        body = json.dumps({"campaign": c.id, "objective": {"metric": c.objective_metric,
+                                                           "direction": c.objective_direction},
+                           "budget": c.budget, **columns.to_dict()}, allow_nan=False).encode()
+        svc.cache.put(key, body)
+    return Response(body, media_type="application/json")

@@ -1,4 +1,5 @@
-"""campaigns and comparisons the service runs: who launched them, a cancel request, a note
+"""campaigns and comparisons the service runs: who launched them, a cancel request, a note;
+the index that finds a campaign's best trial
 
 Revision ID: 0004
 Revises: 0003
@@ -23,9 +24,16 @@ def upgrade() -> None:
     with op.batch_alter_table('comparisons', schema=None) as batch_op:
         batch_op.add_column(sa.Column('origin', sa.String(length=16), server_default='cli', nullable=False))
         batch_op.add_column(sa.Column('note', sa.Text(), nullable=True))
+    # the best trial of a campaign is the first row of this index, not a sort of its trials
+    with op.batch_alter_table('trials', schema=None) as batch_op:
+        batch_op.drop_index('ix_trials_campaign_status')
+        batch_op.create_index('ix_trials_campaign_status_value', ['campaign_id', 'status', 'value'])
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('trials', schema=None) as batch_op:
+        batch_op.drop_index('ix_trials_campaign_status_value')
+        batch_op.create_index('ix_trials_campaign_status', ['campaign_id', 'status'])
     with op.batch_alter_table('comparisons', schema=None) as batch_op:
         batch_op.drop_column('note')
         batch_op.drop_column('origin')
