@@ -27,7 +27,9 @@ What it does, all in a temporary directory (kept, in DIR, with --keep):
      GET /campaigns/{id}/convergence           <-> GET /api/studies/{id}
          every evaluation's value and best-so-far  <->  the study with all its trials, from which the
          dashboard draws its history plot (its main data call; its server-side plots need plotly)
-   and, unpaired, the dashboard's study-summaries list GET /api/studies. Note that optuna-dashboard
+   and, unpaired, the dashboard's study-summaries list GET /api/studies. Each row also gives the time
+   of the first request, alone: for /convergence that is the computation every later request of an
+   unchanged campaign is served from (a running campaign pays it once per finished trial). Note that optuna-dashboard
    keeps a study's trials in memory for up to 10 s between reads of its storage; StoreTune reads the
    history on every request.
 4. Prints, per endpoint, p50 and p99 latency (ms, successful requests), requests/s and errors, and
@@ -274,8 +276,8 @@ def endpoints(campaign: int, study: int, n: int) -> list[Endpoint]:
         return f"{len(body['items'])} items of {body['total']}"
 
     def convergence_check(body: Any) -> str:
-        expect(len(body["points"]) == n, f"{len(body['points'])} points")
-        return f"{len(body['points'])} points, best {body['points'][-1]['best']:g}"
+        expect(len(body["evaluation"]) == len(body["best"]) == n, f"{len(body['evaluation'])} points")
+        return f"{len(body['evaluation'])} points, best {body['best'][-1]:g}"
 
     def study_check(rows: int) -> Callable[[Any], str]:
         def check(body: Any) -> str:
@@ -399,19 +401,22 @@ def main() -> None:
         results: dict[str, Any] = {}
         for i, e in enumerate(endpoints(campaign_id, study_id, n)):
             with httpx.Client(base_url=bases[e.side], timeout=120) as warm:
+                started = time.perf_counter()
                 r = warm.get(e.path(np.random.default_rng(0)))
+                first_ms = 1000 * (time.perf_counter() - started)
                 if r.status_code != 200:
                     raise SystemExit(f"warm-up {e.label}: HTTP {r.status_code} {r.text[:300]}")
                 seen = e.check(r.json())
                 size = len(r.content)
             s = load(httpx, bases[e.side], e, args.clients, args.seconds, args.max_requests, args.seed + i).summary()
-            s.update(side=e.side, pair=e.pair, checked=seen, response_bytes=size)
+            s.update(side=e.side, pair=e.pair, checked=seen, response_bytes=size, first_ms=first_ms)
             results[e.label] = s
             name = ("storetune " if e.side == "storetune" else "  peer    ") + e.label
             few = s["requests"] - s["errors"] < FEW
             p99 = f"{s['p99_ms']:.1f}" + ("*" if few else " ")
             print(f"{name:<58}{s['p50_ms']:>9.1f}{p99:>10}{s['req_per_s']:>9.1f}{s['errors']:>8}"
-                  f"{s['requests']:>10}   ({seen}; {size / 1024:,.0f} KiB)", flush=True)
+                  f"{s['requests']:>10}   ({seen}; {size / 1024:,.0f} KiB; first request {first_ms:,.0f} ms)",
+                  flush=True)
             if s["first_error"]:
                 print(f"    first error: {s['first_error']}", flush=True)
         if any(s["requests"] - s["errors"] < FEW for s in results.values()):
