@@ -1,5 +1,6 @@
-"""The REST service, route by route, on a real SQLite history and on a real PostgreSQL: campaigns
-run in real worker processes of the service, through the same loop as `storetune tune`."""
+"""The REST service, route by route: the same suite on a real SQLite history and on a real PostgreSQL
+(``history_url``). Campaigns run in real worker processes of the service, through the same loop as
+`storetune tune`."""
 
 from __future__ import annotations
 
@@ -94,8 +95,8 @@ def test_the_api_and_the_cli_give_the_same_numbers(tmp_path, bdbc):
 
 
 @pytest.mark.slow
-def test_cancel_drains_a_running_campaign_and_a_queued_one_never_starts(tmp_path, bdbc):
-    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, max_campaigns=1) as client:
+def test_cancel_drains_a_running_campaign_and_a_queued_one_never_starts(history_url, tmp_path, bdbc):
+    with client_for(history_url, tmp_path, max_campaigns=1) as client:
         long = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500)).json()
         queued = client.post("/campaigns", json=bdbc_campaign(bdbc, seed=2)).json()
         wait_for(client, f"/campaigns/{long['id']}", ("running",))
@@ -123,8 +124,8 @@ def test_cancel_drains_a_running_campaign_and_a_queued_one_never_starts(tmp_path
 
 
 @pytest.mark.slow
-def test_a_comparison_over_rest_has_success_curves(tmp_path, bdbc):
-    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path) as client:
+def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
+    with client_for(history_url, tmp_path) as client:
         created = client.post("/comparisons", json={
             "dataset": [str(bdbc)], "algorithms": ["random", {"algorithm": "ga", "params": {"population_size": 6}}],
             "seeds": 2, "budget": 20})
@@ -136,7 +137,7 @@ def test_a_comparison_over_rest_has_success_curves(tmp_path, bdbc):
         assert client.get("/comparisons").json()["total"] == 1
 
 
-def test_bad_input_is_a_4xx_naming_the_field(tmp_path, bdbc):
+def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
     outside = tmp_path / "elsewhere.csv"
     outside.write_text("a,b,PERF\n1,2,3\n")
 
@@ -145,7 +146,7 @@ def test_bad_input_is_a_4xx_naming_the_field(tmp_path, bdbc):
         assert response.status_code == status, response.text
         assert response.json()["detail"][0]["loc"][: len(where)] == where, response.text
 
-    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, allow_devices="/dev/sdz") as client:
+    with client_for(history_url, tmp_path, allow_devices="/dev/sdz") as client:
         post({**bdbc_campaign(bdbc), "runner": "nope"}, 422, ["body", "runner"])
         post(bdbc_campaign(bdbc, algorithm="nope"), 422, ["body", "algorithm"])
         post(bdbc_campaign(bdbc, algorithm="ga", algorithm_params={"mutation_rate": 2}), 422,
@@ -177,8 +178,8 @@ def test_bad_input_is_a_4xx_naming_the_field(tmp_path, bdbc):
                            ).status_code == 422
 
 
-def test_a_token_guards_every_mutating_call_and_reads_stay_open(tmp_path, bdbc):
-    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, token="s3cret") as client:
+def test_a_token_guards_every_mutating_call_and_reads_stay_open(history_url, tmp_path, bdbc):
+    with client_for(history_url, tmp_path, token="s3cret") as client:
         assert client.post("/campaigns", json=bdbc_campaign(bdbc)).status_code == 401
         wrong = client.post("/campaigns", json=bdbc_campaign(bdbc), headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
@@ -189,20 +190,21 @@ def test_a_token_guards_every_mutating_call_and_reads_stay_open(tmp_path, bdbc):
         assert ok.status_code == 201
 
 
-def test_the_catalog_says_what_can_be_asked_for(tmp_path, bdbc):
-    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path) as client:
+def test_the_catalog_says_what_can_be_asked_for(history_url, tmp_path, bdbc):
+    with client_for(history_url, tmp_path) as client:
         spaces = client.get("/spaces").json()
         assert {"storage_v1", "storage_v2", "admission"} <= {s["name"] for s in spaces["items"]}
         v2 = client.get("/spaces/storage_v2").json()
         assert v2["configurations"] == 400_320 and any(p["name"] == "io_scheduler" for p in v2["parameters"])
         assert client.get("/spaces/nope").status_code == 404
 
-        runners = {r["name"]: r["settings_schema"] for r in client.get("/runners").json()}
+        runners = {r["name"]: r["settings_schema"] for r in client.get("/runners").json()["items"]}
         assert set(runners) == {"dataset", "command", "device", "admission"}
         assert runners["device"]["properties"]["runtime_s"]["default"] == 10.0
         assert runners["dataset"]["required"] == ["dataset"]
 
-        algorithms = {a["name"]: a for a in client.get("/algorithms").json()}
+        algorithms = {a["name"]: a for a in client.get("/algorithms").json()["items"]}
+        assert client.get("/algorithms", params={"offset": 1, "limit": 2}).json()["total"] == len(algorithms)
         assert {"random", "sa", "ga", "bo", "dqn"} <= set(algorithms)
         mutation = algorithms["ga"]["hyperparameters"]["properties"]["mutation_rate"]
         assert (mutation["minimum"], mutation["maximum"], mutation["default"]) == (0, 1, 0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
@@ -28,9 +29,7 @@ def _summary(name: str) -> SpaceSummary:
 @router.get("/spaces", response_model=Page[SpaceSummary])
 def spaces(page: PagingDep) -> Page[SpaceSummary]:
     """The named search spaces (a table's space is inferred from the table)."""
-    names = list_spaces()
-    items = [_summary(n) for n in names[page.offset:page.offset + page.limit]]
-    return Page(items=items, total=len(names), offset=page.offset, limit=page.limit)
+    return _page([_summary(n) for n in list_spaces()], page)
 
 
 @router.get("/spaces/{name}", responses={404: {}})
@@ -43,11 +42,16 @@ def space(name: str) -> dict:
             "fingerprint": space.fingerprint()}
 
 
-@router.get("/runners", response_model=list[RunnerPublic])
-def runners() -> list[RunnerPublic]:
+def _page(items: list, page: Any) -> Page:
+    return Page(items=items[page.offset:page.offset + page.limit], total=len(items), offset=page.offset,
+                limit=page.limit)
+
+
+@router.get("/runners", response_model=Page[RunnerPublic])
+def runners(page: PagingDep) -> Page[RunnerPublic]:
     """Each runner and the JSON schema of its settings (what POST /campaigns takes as runner_settings)."""
-    return [RunnerPublic(name=n, description=inspect.getdoc(m) or "", settings_schema=m.model_json_schema())
-            for n, m in SETTINGS.items()]
+    return _page([RunnerPublic(name=n, description=inspect.getdoc(m) or "", settings_schema=m.model_json_schema())
+                  for n, m in SETTINGS.items()], page)
 
 
 @functools.cache
@@ -61,10 +65,10 @@ def _algorithms() -> list[AlgorithmPublic]:
     return out
 
 
-@router.get("/algorithms", response_model=list[AlgorithmPublic])
-def algorithms() -> list[AlgorithmPublic]:
+@router.get("/algorithms", response_model=Page[AlgorithmPublic])
+def algorithms(page: PagingDep) -> Page[AlgorithmPublic]:
     """Each algorithm's hyperparameters with their defaults and domains (JSON schema)."""
-    return _algorithms()
+    return _page(_algorithms(), page)
 
 
 def _tables(roots: list[Path]) -> list[DatasetPublic]:
@@ -90,6 +94,4 @@ def _tables(roots: list[Path]) -> list[DatasetPublic]:
 @router.get("/datasets", response_model=Page[DatasetPublic])
 def datasets(svc: ServiceDep, page: PagingDep) -> Page[DatasetPublic]:
     """The tables under the data directories this server allows (STORETUNE_DATA_DIRS)."""
-    items = _tables(svc.settings.data_roots())
-    return Page(items=items[page.offset:page.offset + page.limit], total=len(items), offset=page.offset,
-                limit=page.limit)
+    return _page(_tables(svc.settings.data_roots()), page)
