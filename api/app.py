@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi_offline import FastAPIOffline
 from fastapi.responses import JSONResponse
 
 from api.deps import Service, ServiceDep
@@ -39,7 +40,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             scheduler.stop()
             history.close()
 
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs and /redoc from bundled assets: storage labs are often offline
         title="StoreTune",
         summary="A black-box auto-tuner for storage stacks: launch, watch, cancel and resume tuning campaigns.",
         version="0.1.0",

@@ -191,7 +191,8 @@ def serve(
                                                      "../shared/datasets).")] = [],  # noqa: B006
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
 ) -> None:
-    """The REST service: launch, watch, cancel and resume campaigns (OpenAPI at /docs).
+    """The REST service: launch, watch, cancel and resume campaigns (OpenAPI at /docs; --host 0.0.0.0
+    to listen beyond this machine, with STORETUNE_TOKEN set).
 
     STORETUNE_TOKEN, when set, guards every mutating call (Authorization: Bearer <token>);
     STORETUNE_ALLOW_DEVICES and STORETUNE_ALLOW_COMMANDS widen what clients may run."""
@@ -210,6 +211,10 @@ def serve(
     if data_dir:
         overrides["data_dirs"] = ":".join(data_dir)
     settings = ServiceSettings(**overrides)
+    import logging
+
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("api").setLevel(logging.INFO)  # the scheduler says when campaigns start, end, resume
     if os.environ.get("RAY_ADDRESS"):
         err.print("RAY_ADDRESS is set, but the Ray executor is not built yet: campaigns run in this machine's "
                   "worker processes")

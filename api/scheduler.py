@@ -94,6 +94,7 @@ class Scheduler:
         its comparisons, which do not resume, are marked interrupted."""
         for c in self.history.campaigns(origin="api", states=("running",)):
             if not self.driver_alive(c.driver_host, c.driver_pid):
+                log.info("campaign %s: left running by a service that is gone; queued to resume", c.id)
                 self.history.transition(c.id, ["running"], state="queued",
                                         note="the service stopped while it ran; resumed at the next start")
         for c in self.history.comparisons(origin="api", states=("running",)):
@@ -157,10 +158,12 @@ class Scheduler:
                 record = self.history.comparison(w.id)
                 if record.state == "running":
                     self.history.finish_comparison(w.id, "failed", None, f"its worker died (exit status {code})")
+                log.info("comparison %s: %s", w.id, self.history.comparison(w.id).state)
                 continue
             record = self.history.campaign(w.id)
-            if record.state != "running":
-                continue  # finished, cancelled or failed, as the worker recorded
+            if record.state != "running":  # finished, cancelled or failed, as the worker recorded
+                log.info("campaign %s: %s%s", w.id, record.state, f" ({record.note})" if record.note else "")
+                continue
             key = (w.kind, w.id)
             self.deaths[key] = self.deaths.get(key, 0) + 1
             if self.deaths[key] > RETRIES:

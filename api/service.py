@@ -33,6 +33,7 @@ class ServiceSettings(BaseSettings):
     allow_devices: str = ""  # colon-separated block devices the device runner may format ('loop' is always allowed)
     allow_commands: bool = False  # the command runner runs arbitrary programs: off unless the server says so
     max_campaigns: int = Field(2, ge=1)  # campaigns and comparisons running at once; the rest queue
+    max_parallel: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)  # a campaign's workers, at most
     comparison_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
 
     def data_roots(self) -> list[Path]:

@@ -150,23 +150,27 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
         post({**bdbc_campaign(bdbc), "runner": "nope"}, 422, ["body", "runner"])
         post(bdbc_campaign(bdbc, algorithm="nope"), 422, ["body", "algorithm"])
         post(bdbc_campaign(bdbc, algorithm="ga", algorithm_params={"mutation_rate": 2}), 422,
-             ["body", "algorithm_params"])
-        post(bdbc_campaign(bdbc, algorithm="ga", algorithm_params={"no_such": 1}), 422, ["body", "algorithm_params"])
+             ["body", "algorithm_params", "mutation_rate"])
+        post(bdbc_campaign(bdbc, algorithm="ga", algorithm_params={"no_such": 1}), 422,
+             ["body", "algorithm_params", "no_such"])
         post(bdbc_campaign(bdbc, budget=0), 422, ["body", "budget"])
-        post(bdbc_campaign(bdbc, budget=100_000), 422, ["body"])  # more than the table's configurations
+        post(bdbc_campaign(bdbc, budget=100_000), 422, ["body", "budget"])  # more than the table's configurations
         post(bdbc_campaign(bdbc, parallel=0), 422, ["body", "parallel"])
+        post(bdbc_campaign(bdbc, parallel=10_000), 422, ["body", "parallel"])  # more than the server allows
+        post(bdbc_campaign(bdbc, metric="colour"), 422, ["body", "metric"])
         post({**bdbc_campaign(bdbc), "runner_settings": {"dataset": str(outside)}}, 403,
              ["body", "runner_settings", "dataset", 0])
         post({**bdbc_campaign(bdbc), "runner_settings": {"dataset": str(bdbc), "colour": 1}}, 422,
              ["body", "runner_settings", "colour"])
-        post({"runner": "device", "runner_settings": {"space": "no_such_space"}}, 422, ["body", "runner_settings"])
+        post({"runner": "device", "runner_settings": {"space": "no_such_space"}}, 422,
+             ["body", "runner_settings", "space"])
         post({"runner": "device", "runner_settings": {"workload": "tpcc"}}, 422, ["body", "runner_settings", "workload"])
         post({"runner": "device", "runner_settings": {"device": "/dev/sda"}}, 403, ["body", "runner_settings", "device"])
         post({"runner": "device", "runner_settings": {"device": "/dev/sdz", "allow_device": ["/dev/sda"]}}, 422,
              ["body", "runner_settings", "allow_device"])
         post({"runner": "command", "runner_settings": {"command": "rm -rf /", "space": "storage_v1"}}, 403,
              ["body", "runner"])
-        post({**bdbc_campaign(bdbc), "fix": {"no_such_knob": 1}}, 422, ["body"])
+        post({**bdbc_campaign(bdbc), "fix": {"no_such_knob": 1}}, 422, ["body", "fix"])
         malformed = client.post("/campaigns", content=b'{"runner": "dataset",', headers={"content-type": "application/json"})
         assert malformed.status_code == 422
         assert client.get("/campaigns/999").status_code == 404
@@ -175,7 +179,10 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
         bad_page = client.get("/campaigns", params={"limit": 0})
         assert bad_page.status_code == 422 and "limit" in bad_page.json()["detail"][0]["loc"]
         assert client.post("/comparisons", json={"dataset": [str(bdbc)], "algorithms": ["ga:mutation_rate=7"]}
-                           ).status_code == 422
+                           ).json()["detail"][0]["loc"] == ["body", "algorithms"]
+        assert client.post("/comparisons", json={"dataset": [str(bdbc)], "algorithms": ["random,ga"]}
+                           ).json()["detail"][0]["loc"] == ["body", "algorithms", 0]
+        assert client.get("/campaigns", params={"state": "bogus"}).status_code == 422
 
 
 def test_a_token_guards_every_mutating_call_and_reads_stay_open(history_url, tmp_path, bdbc):
@@ -211,7 +218,7 @@ def test_the_catalog_says_what_can_be_asked_for(history_url, tmp_path, bdbc):
 
         tables = client.get("/datasets", params={"limit": 1000}).json()
         paths = {d["path"]: d for d in tables["items"]}
-        assert str(bdbc) in paths and paths[str(bdbc)]["kind"] == "table"
+        assert paths[str(bdbc.resolve())]["kind"] == "table"  # the server names what it resolved
         own = ROOT / "datasets" / "loop-storage-v2"
         assert paths[str(own)]["kind"] == "dataset"
         assert tables["total"] == len(tables["items"])

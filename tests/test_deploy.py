@@ -50,8 +50,11 @@ def compose_config(compose_file: Path, cwd: Path, **env: str) -> subprocess.Comp
     )
 
 
+TOKEN = "t0ken-from-the-host"
+
+
 def resolved(tmp_path: Path, **env: str) -> dict:
-    proc = compose_config(COMPOSE_FILE, tmp_path, **env)
+    proc = compose_config(COMPOSE_FILE, tmp_path, **{"STORETUNE_TOKEN": TOKEN, **env})
     assert proc.returncode == 0, f"docker-compose config rejected {COMPOSE_FILE}:\n{proc.stderr}"
     config = yaml.safe_load(proc.stdout)
     assert isinstance(config, dict) and "services" in config, proc.stdout
@@ -148,10 +151,15 @@ def test_the_api_environment_points_at_the_postgres_service(config):
     assert url.port == 5432
     assert (url.username, url.password, url.path.lstrip("/")) == (
         postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], postgres["POSTGRES_DB"])
-    assert env["STORETUNE_DATA_DIRS"].split(":") == ["/data/datasets", "/data/shared"]
-    # Unset on the host: no token, two campaigns at once.
-    assert env["STORETUNE_TOKEN"] == ""
-    assert env["STORETUNE_MAX_CAMPAIGNS"] == "2"
+    assert env["STORETUNE_DATA_DIRS"].split(":") == ["/data/datasets", "/data/shared", "/app/datasets"]
+    assert env["STORETUNE_TOKEN"] == TOKEN  # from the host
+    assert env["STORETUNE_MAX_CAMPAIGNS"] == "2"  # unset on the host: two campaigns at once
+
+
+def test_without_a_token_the_compose_file_refuses_to_start(tmp_path):
+    """The api is published on every interface: an unset token must not mean an open service."""
+    proc = compose_config(COMPOSE_FILE, tmp_path)
+    assert proc.returncode != 0 and "set STORETUNE_TOKEN" in proc.stderr, proc.stderr
 
 
 def test_the_host_environment_sets_the_token_and_the_campaign_limit(tmp_path):
@@ -165,7 +173,7 @@ def test_docker_compose_config_rejects_a_broken_file(tmp_path):
     assert "condition: service_healthy" in text
     broken = tmp_path / "docker-compose.yml"
     broken.write_text(text.replace("condition: service_healthy", "condition: service_happy"))
-    proc = compose_config(broken, tmp_path)
+    proc = compose_config(broken, tmp_path, STORETUNE_TOKEN=TOKEN)
     assert proc.returncode != 0 and "service_happy" in proc.stderr, proc.stderr
 
 

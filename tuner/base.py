@@ -164,19 +164,28 @@ class Tuner(ABC):
         """Learn from one result (the loss is already direction-normalised)."""
 
 
+class HyperparameterError(ValueError):
+    """A hyperparameter that is unknown or outside its domain; ``name`` says which."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
+
+
 def parse_params(algorithm: str, params_type: type, given: Mapping[str, Any]) -> Any:
     """The algorithm's hyperparameters from ``given`` (text from the command line, or JSON), checked
     against their types and domains by pydantic; a bad one raises ValueError naming it."""
     fields = [f.name for f in dataclasses.fields(params_type)]
     unknown = [k for k in given if k not in fields]
     if unknown:
-        raise ValueError(f"unknown hyperparameter {unknown[0]!r} for {algorithm}; known: {', '.join(fields) or 'none'}")
+        raise HyperparameterError(f"unknown hyperparameter {unknown[0]!r} for {algorithm}; known: "
+                                  f"{', '.join(fields) or 'none'}", unknown[0])
     try:
         return TypeAdapter(params_type).validate_python(dict(given))
     except ValidationError as e:
         problem = e.errors()[0]
         key = ".".join(str(p) for p in problem["loc"])
-        raise ValueError(f"hyperparameter {algorithm}:{key}={given.get(key)!r}: {problem['msg']}") from None
+        raise HyperparameterError(f"hyperparameter {algorithm}:{key}={given.get(key)!r}: {problem['msg']}", key) from None
 
 
 def params_schema(params_type: type) -> dict[str, Any]:

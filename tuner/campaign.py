@@ -47,6 +47,23 @@ class CampaignSpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)  # parameters pinned to one value (--fix)
 
 
+class InvalidSpec(ValueError):
+    """A campaign's specification is wrong; ``field`` names the part (budget, fix, metric, ...)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _checked(field: str, check: Callable[[], Any]) -> Any:
+    try:
+        return check()
+    except InvalidSpec:
+        raise
+    except (ValueError, LookupError) as e:
+        raise InvalidSpec(field, e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
+
+
 class Campaign:
     def __init__(
         self,
@@ -80,22 +97,23 @@ class Campaign:
         """The runner (with the pinned parameters) and objective of ``spec``, after every check a new
         campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
         unknown metric raise ValueError. Nothing is written."""
-        runner = runner or make_runner(spec.runner, spec.runner_settings)
-        runner.space = runner.space.fix(spec.fixed)  # an unknown parameter or value raises here
-        _refuse_parallel_if_exclusive(runner, executor, spec.batch_size)
-        objective = Objective.resolve(runner.metrics(), spec.metric, spec.direction)
+        runner = runner or _checked("runner_settings", lambda: make_runner(spec.runner, spec.runner_settings))
+        runner.space = _checked("fix", lambda: runner.space.fix(spec.fixed))  # an unknown parameter or value
+        _checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
+        objective = _checked("metric", lambda: Objective.resolve(runner.metrics(), spec.metric, spec.direction))
         if spec.warm_start not in WARM_STARTS:
-            raise ValueError(f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
-        for name, value in (("budget", spec.budget), ("repeats", spec.repeats), ("batch size", spec.batch_size)):
+            raise InvalidSpec("warm_start", f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
+        for name, field, value in (("budget", "budget", spec.budget), ("repeats", "repeats", spec.repeats),
+                                   ("batch size", "parallel", spec.batch_size)):
             if value < 1:
-                raise ValueError(f"the {name} must be at least 1, not {value}")
+                raise InvalidSpec(field, f"the {name} must be at least 1, not {value}")
         size = runner.space.cardinality() if runner.space.finite else None
         if size is not None and spec.budget > size:
-            raise ValueError(
-                f"a budget of {spec.budget} is more than the {size} configurations of {runner.space.name}; "
-                f"use --budget {size} or less"
-            )
-        make_tuner(spec.algorithm, runner.space, seed=spec.seed, direction=objective.direction, params=spec.algorithm_params)
+            raise InvalidSpec("budget",
+                              f"a budget of {spec.budget} is more than the {size} configurations of "
+                              f"{runner.space.name}; use a budget of {size} or less")
+        _checked("algorithm_params", lambda: make_tuner(spec.algorithm, runner.space, seed=spec.seed,
+                                                        direction=objective.direction, params=spec.algorithm_params))
         return runner, objective
 
     @classmethod

@@ -115,8 +115,9 @@ def run_seed(task: SeedTask) -> SeedRun:
 
 
 class Comparison:
-    def __init__(self, history: History, spec: CompareSpec, comparison_id: int, runner: Runner, objective: Objective):
-        self.history, self.spec, self.id = history, spec, comparison_id
+    def __init__(self, history: History, spec: CompareSpec, comparison_id: int, runner: Runner, objective: Objective,
+                 origin: str = "cli"):
+        self.history, self.spec, self.id, self.origin = history, spec, comparison_id, origin
         self.runner, self.objective = runner, objective
         self.means = runner.table.means(objective.metric)
         self.targets = near_optimal(self.means, objective.direction, spec.within)
@@ -148,11 +149,12 @@ class Comparison:
         runner, objective = cls.prepare(spec)
         settings = {
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
+            "variant_params": [[v.algorithm, [list(p) for p in v.params]] for v in spec.variants],
             "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
         }
         record = history.create_comparison(workload_name=runner.workload.name, runner_settings=runner.settings(),
                                            settings=settings, origin=origin, state=state)
-        return cls(history, spec, record.id, runner, objective)
+        return cls(history, spec, record.id, runner, objective, origin)
 
     @classmethod
     def load(cls, history: History, comparison_id: int) -> Comparison:
@@ -161,13 +163,13 @@ class Comparison:
         settings = record.settings
         spec = CompareSpec(
             runner_settings=record.runner_settings,
-            variants=tuple(_variants(settings["variants"])),
+            variants=tuple(Variant(a, tuple((k, v) for k, v in params)) for a, params in settings["variant_params"]),
             seeds=settings["seeds"], budget=settings["budget"], within=settings["within"],
             repeats=settings["repeats"], metric=settings["objective"]["metric"],
             direction=settings["objective"]["direction"], first_seed=settings["first_seed"],
         )
         runner, objective = cls.prepare(spec)
-        return cls(history, spec, comparison_id, runner, objective)
+        return cls(history, spec, comparison_id, runner, objective, record.origin)
 
     def run(self, executor: Executor | None = None, on_seed: Callable[[SeedRun], None] | None = None) -> dict[str, Any]:
         executor = executor or LocalExecutor()
@@ -203,7 +205,7 @@ class Comparison:
             device=getattr(runner, "device", runner.name), algorithm=run.variant.algorithm,
             algorithm_params=dict(run.variant.params), objective_metric=self.objective.metric,
             objective_direction=self.objective.direction, budget=self.spec.budget, seed=run.seed,
-            repeats=self.spec.repeats, batch_size=1, comparison_id=self.id,
+            repeats=self.spec.repeats, batch_size=1, comparison_id=self.id, origin=self.origin,
         )
         return self.history.write_campaign(fields, run.trials)
 
@@ -264,16 +266,6 @@ class Comparison:
             return math.nan
         best = min(scored, key=lambda t: to_loss(t.value, self.objective.direction))
         return self.means.get(Config(best.config), math.nan)
-
-
-def _variants(labels: Sequence[str]) -> list[Variant]:
-    """Variants from their labels, ``ga`` or ``ga[mutation_rate=0.05,population_size=30]``."""
-    out = []
-    for label in labels:
-        name, _, rest = label.partition("[")
-        params = tuple(tuple(p.split("=", 1)) for p in rest.rstrip("]").split(",") if p) if rest else ()
-        out.append(Variant(name, params))  # type: ignore[arg-type]
-    return out
 
 
 def _finite(value: float) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -91,6 +92,7 @@ def _start_worker(driver: int) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it shuts the pool down
     threading.Thread(target=_exit_with_driver, args=(driver,), name="storetune-driver-watch", daemon=True).start()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import ValidationError
@@ -17,12 +17,14 @@ from api.service import Refused, apply_policy
 from runners import RUNNERS, Status, make_runner, runner_class, settings_model
 from tuner import Campaign, CampaignSpec
 from tuner.analysis import convergence, held_out, near_optimal_trials
-from tuner.base import parse_params
+from tuner.base import HyperparameterError, parse_params
+from tuner.campaign import InvalidSpec
 from tuner.registry import algorithm_class, algorithm_target
 from tuner.views import CampaignView, TrialView
 
 router = APIRouter(prefix="/campaigns", tags=["campaigns"])
 
+State = Literal["queued", "running", "finished", "cancelled", "interrupted", "failed"]
 CANCELLABLE = ("queued", "running")
 RESUMABLE = ("cancelled", "interrupted", "failed")
 
@@ -85,25 +87,29 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
         algorithm_target(body.algorithm)
     except ValueError as e:
         raise Refused(("body", "algorithm"), str(e)) from None
+    if body.parallel > svc.settings.max_parallel:
+        raise Refused(("body", "parallel"), f"this server measures at most {svc.settings.max_parallel} configurations "
+                                            "of a campaign at once (STORETUNE_MAX_PARALLEL)")
     try:
         parse_params(body.algorithm, algorithm_class(body.algorithm).Params, body.algorithm_params)
-    except ValueError as e:
-        raise Refused(("body", "algorithm_params"), str(e)) from None
+    except HyperparameterError as e:
+        raise Refused(("body", "algorithm_params", e.name), str(e)) from None
     options = {"dry_run": True, "echo": lambda _line: None} if "dry_run" in inspect.signature(
         runner_class(body.runner)).parameters else {}  # inspect the device runner; its worker sets the device up
     try:
         runner = make_runner(body.runner, settings, **options)
     except (ValueError, LookupError, OSError) as e:  # an unknown space is a KeyError; a missing file, OSError
-        raise Refused(("body", "runner_settings"), e.args[0] if isinstance(e, LookupError) and e.args else str(e)
-                      ) from None
+        message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
+        where = ("space",) if "search space" in message and "space" in settings_model(body.runner).model_fields else ()
+        raise Refused(("body", "runner_settings", *where), message) from None
     spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=body.algorithm,
                         algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
                         budget=body.budget, seed=body.seed, repeats=body.repeats, batch_size=body.parallel,
                         warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
     try:
         campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued")
-    except (ValueError, LookupError) as e:
-        raise Refused(("body",), e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
+    except InvalidSpec as e:
+        raise Refused(("body", e.field), str(e)) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/campaigns/{campaign.id}"
     return public(svc, campaign.record)
@@ -121,7 +127,8 @@ def parse_settings_or_refuse(runner: str, values: dict[str, Any]) -> Any:
 
 @router.get("", response_model=Page[CampaignPublic])
 def list_campaigns(svc: ServiceDep, page: PagingDep,
-                   state: Annotated[str | None, Query(max_length=16)] = None) -> Page[CampaignPublic]:
+                   state: Annotated[State | None, Query(description="Only campaigns in this state.")] = None
+                   ) -> Page[CampaignPublic]:
     """Every campaign in the history (the CLI's too), oldest first."""
     states = (state,) if state else ()
     items = [public(svc, c) for c in svc.history.campaigns(offset=page.offset, limit=page.limit, states=states)]

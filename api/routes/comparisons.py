@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Response
 from api.deps import Auth, ComparisonId, PagingDep, ServiceDep
 from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
 from api.service import Refused, apply_policy
+from tuner.base import HyperparameterError
 from tuner.views import ComparisonView
 
 router = APIRouter(prefix="/comparisons", tags=["comparisons"])
@@ -23,10 +24,24 @@ def public(svc: Any, c: ComparisonView) -> ComparisonPublic:
     )
 
 
-def _variant(item: str | VariantCreate) -> str:
-    if isinstance(item, str):
-        return item
-    return ":".join([item.algorithm, *(f"{k}={v}" for k, v in item.params.items())])
+def _variants(items: list[str | VariantCreate]) -> tuple[Any, ...]:
+    """Strings as `storetune compare --algorithms` reads them (one variant each); objects as they
+    are, so a value with a comma or a colon stays one value."""
+    from tuner.compare import Variant
+
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            parsed = Variant.parse_list(item)
+            if len(parsed) != 1:
+                raise Refused(("body", "algorithms", i), f"{item!r}: one variant per item (no commas)")
+            out.extend(parsed)
+        else:
+            out.append(Variant(item.algorithm, tuple((k, str(v)) for k, v in item.params.items())))
+    labels = [v.label for v in out]
+    if len(set(labels)) != len(labels):
+        raise Refused(("body", "algorithms"), f"a variant is listed twice: {', '.join(labels)}")
+    return tuple(out)
 
 
 @router.post("", status_code=201, response_model=ComparisonPublic, dependencies=Auth,
@@ -34,12 +49,12 @@ def _variant(item: str | VariantCreate) -> str:
 def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Response) -> ComparisonPublic:
     """Queue a comparison: every algorithm runs one seeded campaign per seed on the table, in a
     worker process of the service; the results carry each algorithm's success curve."""
-    from tuner.compare import Comparison, CompareSpec, Variant
+    from tuner.compare import Comparison, CompareSpec
 
     values = apply_policy(svc.settings, "dataset", {"dataset": body.dataset, "context": body.context,
                                                     "metric": body.metric})
     try:
-        variants = tuple(Variant.parse_list(",".join(_variant(a) for a in body.algorithms)))
+        variants = _variants(body.algorithms)
     except ValueError as e:
         raise Refused(("body", "algorithms"), str(e)) from None
     spec = CompareSpec(runner_settings=values, variants=variants, seeds=body.seeds, budget=body.budget,
@@ -47,6 +62,8 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
                        first_seed=body.first_seed)
     try:
         comparison = Comparison.create(svc.history, spec, origin="api", state="queued")
+    except HyperparameterError as e:
+        raise Refused(("body", "algorithms"), str(e)) from None
     except (ValueError, LookupError, OSError) as e:
         raise Refused(("body",), e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
     svc.scheduler.wake()
