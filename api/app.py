@@ -54,10 +54,6 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     async def refused(_request: Request, e: Refused) -> JSONResponse:
         return JSONResponse({"detail": [{"loc": list(e.field), "msg": str(e), "type": "refused"}]}, e.status)
 
-    @app.exception_handler(ValueError)
-    async def bad_value(_request: Request, e: ValueError) -> JSONResponse:  # a check below the API said no
-        return JSONResponse({"detail": [{"loc": ["body"], "msg": str(e), "type": "value_error"}]}, 422)
-
     @app.get("/health", response_model=Health, tags=["service"])
     def health(svc: ServiceDep) -> Health:
         """The service is up and its history answers."""

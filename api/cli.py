@@ -14,7 +14,15 @@ from rich.markup import escape
 
 from api import admission, devices, offline, render
 from api.common import (
+    AllowDeviceOpt,
     DbOption,
+    DeviceOpt,
+    EngineOpt,
+    FilesetOpt,
+    LoopDirOpt,
+    LoopSizeOpt,
+    RuntimeOpt,
+    WorkloadOpt,
     JsonOption,
     UserError,
     console,
@@ -65,21 +73,14 @@ def tune(
                                                       "have defaults).")] = None,
     command: Annotated[Optional[str], typer.Option(help="Benchmark command (command runner).")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds before a run counts as TIMEOUT.")] = None,
-    device: Annotated[Optional[str], typer.Option(help="Device runner: 'loop' (a loop device StoreTune creates, "
-                                                       "the default) or a block device named with --allow-device.")]
-    = None,
-    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may format.")] = [],  # noqa: B006
-    workload: Annotated[Optional[str], typer.Option(help="Device runner: fileserver (default), varmail, webserver "
-                                                         "or oltp.")] = None,
-    engine: Annotated[Optional[str], typer.Option(help="Device runner: fio (default), or filebench if it is on "
-                                                       "PATH.")] = None,
-    runtime: Annotated[Optional[float], typer.Option(help="Device runner: seconds each benchmark runs (default "
-                                                          "10).")] = None,
-    loop_dir: Annotated[Optional[str], typer.Option(help="Where the loop device's sparse file goes (default "
-                                                         "/var/tmp/storetune).")] = None,
-    loop_size_mib: Annotated[Optional[int], typer.Option(help="Size of the loop device (default 1024).")] = None,
-    fileset_mib: Annotated[Optional[int], typer.Option(help="Largest fileset a personality lays out (default "
-                                                            "256).")] = None,
+    device: DeviceOpt = None,
+    allow_device: AllowDeviceOpt = [],  # noqa: B006
+    workload: WorkloadOpt = None,
+    engine: EngineOpt = None,
+    runtime: RuntimeOpt = None,
+    loop_dir: LoopDirOpt = None,
+    loop_size_mib: LoopSizeOpt = None,
+    fileset_mib: FilesetOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands of the first evaluations; "
                                                              "run and record nothing.")] = False,
     trace: Annotated[Optional[Path], typer.Option(help="Admission runner: a trace with per-I/O latency.")] = None,

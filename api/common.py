@@ -11,6 +11,7 @@ from rich.console import Console
 
 from api.settings import Settings
 from runners import RunnerSettings, parse_settings, settings_model
+from runners.settings import DeviceSettings
 from tuner import History
 
 # Piped output (files, CI logs) gets wide tables instead of rich's 80-column default.
@@ -40,6 +41,23 @@ def pairs(items: list[str], option: str) -> dict[str, str]:
         pairs[key.strip()] = value.strip()
     return pairs
 
+
+def _device_help(field: str) -> str:
+    model = DeviceSettings.model_fields[field]
+    default = model.get_default(call_default_factory=True)
+    return f"Device runner: {(model.description or '').rstrip('.')} (default {default!r})."
+
+
+# The device runner's options, declared once from its settings model (their help and defaults are the
+# model's): `tune --runner device`, `sweep` and `replay` share them. None means "the model's default".
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", help=_device_help("device"))]
+AllowDeviceOpt = Annotated[list[str], typer.Option("--allow-device", help=_device_help("allow_device"))]
+WorkloadOpt = Annotated[Optional[str], typer.Option("--workload", help=_device_help("workload"))]
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", help=_device_help("engine"))]
+RuntimeOpt = Annotated[Optional[float], typer.Option("--runtime", help=_device_help("runtime_s"))]
+LoopDirOpt = Annotated[Optional[str], typer.Option("--loop-dir", help=_device_help("loop_dir"))]
+LoopSizeOpt = Annotated[Optional[int], typer.Option("--loop-size-mib", help=_device_help("loop_size_mib"))]
+FilesetOpt = Annotated[Optional[int], typer.Option("--fileset-mib", help=_device_help("fileset_mib"))]
 
 # Runner options of the command line whose flag is not the setting's name.
 FLAGS = {"timeout_s": "--timeout", "runtime_s": "--runtime"}

@@ -9,7 +9,21 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from api.common import DbOption, JsonOption, console, err, literal, open_history, runner_settings
+from api.common import (
+    AllowDeviceOpt,
+    DbOption,
+    DeviceOpt,
+    EngineOpt,
+    FilesetOpt,
+    JsonOption,
+    LoopDirOpt,
+    LoopSizeOpt,
+    console,
+    err,
+    literal,
+    open_history,
+    runner_settings,
+)
 from api.progress import CampaignProgress
 from tuner import Campaign
 
@@ -18,13 +32,13 @@ def replay(
     trace: Annotated[Path, typer.Option(help="An MSR or FlashNet trace.")],
     out: Annotated[Path, typer.Option(help="Where to write the replay, in the 7-column FlashNet format.")],
     fmt: Annotated[Optional[str], typer.Option("--format", help="msr, msr-csv or flashnet (default: detected).")] = None,
-    device: Annotated[str, typer.Option(help="'loop', or a block device named with --allow-device.")] = "loop",
-    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may overwrite.")] = [],  # noqa: B006
+    device: DeviceOpt = None,
+    allow_device: AllowDeviceOpt = [],  # noqa: B006
     speed: Annotated[float, typer.Option(help="Replay at this multiple of the trace's pace; 0: as fast as possible.")]
     = 1.0,
     queue_depth: Annotated[int, typer.Option(help="I/Os in flight at most. Latencies match fio's at 1; deeper, Python threads inflate them (README, device benchmark).")] = 32,
-    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
-    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
+    loop_dir: LoopDirOpt = None,
+    loop_size_mib: LoopSizeOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be done; touch nothing.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -33,8 +47,11 @@ def replay(
     from runners.traces import read_trace, write_flashnet
 
     loaded = read_trace(trace, fmt)
-    result = replay_on_device(loaded, device=device, allow_device=allow_device, loop_dir=loop_dir,
-                              loop_size_mib=loop_size_mib, speed=speed, queue_depth=queue_depth, dry_run=dry_run,
+    where = runner_settings("device", dict(device=device, allow_device=allow_device, loop_dir=loop_dir,
+                                           loop_size_mib=loop_size_mib))  # the device runner's defaults and checks
+    device = where.device
+    result = replay_on_device(loaded, device=where.device, allow_device=where.allow_device, loop_dir=where.loop_dir,
+                              loop_size_mib=where.loop_size_mib, speed=speed, queue_depth=queue_depth, dry_run=dry_run,
                               echo=literal)
     if result is None:
         return
@@ -54,16 +71,17 @@ def sweep(
     out: Annotated[Path, typer.Option(help="The dataset folder, e.g. datasets/loop-storage-v2.")],
     space: Annotated[str, typer.Option(help="The space to sample.")] = "storage_v2",
     workloads: Annotated[str, typer.Option(help="Comma-separated personalities.")] = "fileserver,varmail,webserver,oltp",
-    device: Annotated[str, typer.Option(help="'loop', or a block device named with --allow-device.")] = "loop",
-    allow_device: Annotated[list[str], typer.Option(help="A block device StoreTune may format.")] = [],  # noqa: B006
-    engine: Annotated[str, typer.Option(help="fio, or filebench if it is on PATH.")] = "fio",
-    runtime: Annotated[float, typer.Option(help="Seconds each benchmark runs.")] = 8.0,
+    device: DeviceOpt = None,
+    allow_device: AllowDeviceOpt = [],  # noqa: B006
+    engine: EngineOpt = None,
+    runtime: Annotated[float, typer.Option(help="Seconds each benchmark runs (a sweep's own default: it measures "
+                                                "many configurations).")] = 8.0,
     repeats: Annotated[int, typer.Option(help="Measurements per configuration and workload.")] = 2,
     per_stratum: Annotated[int, typer.Option(help="Configurations per file system x I/O scheduler pair.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the grid and of fio.")] = 0,
-    loop_dir: Annotated[str, typer.Option(help="Where the loop device's sparse file goes.")] = "/var/tmp/storetune",
-    loop_size_mib: Annotated[int, typer.Option(help="Size of the loop device.")] = 1024,
-    fileset_mib: Annotated[int, typer.Option(help="Largest fileset a personality lays out.")] = 256,
+    loop_dir: LoopDirOpt = None,
+    loop_size_mib: LoopSizeOpt = None,
+    fileset_mib: FilesetOpt = None,
     db: DbOption = None,
 ) -> None:
     """Measure a grid of configurations for several workloads and write it as a dataset (resumable)."""

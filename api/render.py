@@ -102,6 +102,7 @@ def comparison_table(results: dict) -> Table:
     for label, a in results["algorithms"].items():
         median = f"{a['median_evals_to_near_optimal']:g} ({a['evals_p25']:g}-{a['evals_p75']:g})"
         row = [escape(label), median, str(a["censored"]), *(f"{a['success_at'][k - 1]:.2f}" for k in marks)]
-        table.add_row(*row, f"{a['best_mean_at_budget']:.6g}", f"{a['ask_tell_ms']:.2f}")
+        best = a["best_mean_at_budget"]
+        table.add_row(*row, "-" if best is None else f"{best:.6g}", f"{a['ask_tell_ms']:.2f}")
     table.add_row("[dim]random, exact[/]", "", "", *(f"[dim]{random_curve[k - 1]:.2f}[/]" for k in marks), "", "")
     return table

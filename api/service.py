@@ -14,6 +14,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.settings import default_database_url
+from runners.settings import DeviceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,6 +35,7 @@ class ServiceSettings(BaseSettings):
     allow_commands: bool = False  # the command runner runs arbitrary programs: off unless the server says so
     max_campaigns: int = Field(2, ge=1)  # campaigns and comparisons running at once; the rest queue
     max_parallel: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)  # a campaign's workers, at most
+    max_loop_mib: int = Field(4096, ge=64)  # the largest loop device (a sparse file in loop_dir) a client may ask
     comparison_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
 
     def data_roots(self) -> list[Path]:
@@ -54,12 +56,17 @@ class Refused(Exception):
 def allowed_path(settings: ServiceSettings, value: str, field: tuple[str | int, ...]) -> str:
     """``value`` resolved (relative to the server's working directory) if it lies inside one of the
     data directories; refused otherwise."""
-    path = Path(value).expanduser().resolve()
-    roots = settings.data_roots()
-    if not any(path == root or path.is_relative_to(root) for root in roots):
+    try:
+        path = Path(value).expanduser().resolve()
+        roots = settings.data_roots()
+        inside = any(path == root or path.is_relative_to(root) for root in roots)
+        exists = inside and path.exists()
+    except (OSError, ValueError, RuntimeError) as e:  # a name too long, a NUL byte, a symlink loop
+        raise Refused(field, f"{value[:200]!r} is not a usable path: {e}") from None
+    if not inside:
         raise Refused(field, f"{value} is outside the data directories this server allows "
-                             f"(STORETUNE_DATA_DIRS: {':'.join(map(str, roots)) or 'none'})", 403)
-    if not path.exists():
+                             "(STORETUNE_DATA_DIRS)", 403)
+    if not exists:
         raise Refused(field, f"{value}: no such file or directory on the server")
     return str(path)
 
@@ -92,4 +99,24 @@ def apply_policy(settings: ServiceSettings, runner: str, values: dict[str, Any])
                           403)
         if device != "loop":
             values["allow_device"] = [device]
+        if int(values.get("loop_size_mib") or 0) > settings.max_loop_mib:
+            raise Refused((*where, "loop_size_mib"), f"this server makes loop devices of at most "
+                                                      f"{settings.max_loop_mib} MiB (STORETUNE_MAX_LOOP_MIB)")
     return values
+
+
+def check_stored(settings: ServiceSettings, runner: str, values: dict[str, Any], parallel: int) -> None:
+    """A recorded campaign (perhaps the CLI's, with the CLI's freedoms) meets this server's policy
+    before the server runs it: resuming through the API must not widen what a client may run."""
+    stored = dict(values)
+    if runner == "device":
+        device = stored.get("device", "loop")
+        granted = [] if device == "loop" else [device]
+        if stored.pop("allow_device", []) not in ([], granted):
+            raise Refused(("path", "campaign_id"), "this campaign allows devices the server has not granted", 403)
+        if stored.pop("loop_dir", None) not in (None, DeviceSettings().loop_dir):
+            raise Refused(("path", "campaign_id"), "this campaign puts its loop device where the server does not", 403)
+    apply_policy(settings, runner, stored)
+    if parallel > settings.max_parallel:
+        raise Refused(("path", "campaign_id"), f"this campaign measures {parallel} configurations at once; this "
+                                               f"server allows {settings.max_parallel} (STORETUNE_MAX_PARALLEL)", 403)

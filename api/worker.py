@@ -1,6 +1,6 @@
 """A worker process of the service: runs one campaign (or one comparison) to its end.
 
-``python -m api.worker campaign 7 --db URL``. The service's scheduler starts one per running
+``python -m api.worker campaign 7 --handed-by PID`` (the history's URL in STORETUNE_DATABASE_URL). The service's scheduler starts one per running
 campaign; it drives the campaign through the same ``Campaign.resume(...).run()`` as
 ``storetune tune --resume``, and is the campaign's only writer. It dies with the service (the
 kernel sends it SIGKILL when its parent dies), so a restarted service finds the campaign RUNNING
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import logging
+import os
 import signal
 import sys
 
@@ -27,7 +28,7 @@ def die_with_parent() -> None:
         pass
 
 
-def run_campaign(history, campaign_id: int, comparison_workers: int) -> None:  # type: ignore[no-untyped-def]
+def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: int | None) -> None:  # type: ignore[no-untyped-def]
     from tuner import Campaign
 
     record = history.campaign(campaign_id)
@@ -36,10 +37,10 @@ def run_campaign(history, campaign_id: int, comparison_workers: int) -> None:  #
         from tuner.executor import ProcessExecutor
 
         executor = ProcessExecutor(record.batch_size)
-    Campaign.resume(history, campaign_id, executor).run()
+    Campaign.resume(history, campaign_id, executor, handed_by=handed_by).run()
 
 
-def run_comparison(history, comparison_id: int, comparison_workers: int) -> None:  # type: ignore[no-untyped-def]
+def run_comparison(history, comparison_id: int, comparison_workers: int, handed_by: int | None) -> None:  # type: ignore[no-untyped-def]
     from tuner.compare import Comparison
     from tuner.executor import LocalExecutor, ProcessExecutor
 
@@ -52,9 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m api.worker")
     parser.add_argument("kind", choices=("campaign", "comparison"))
     parser.add_argument("id", type=int)
-    parser.add_argument("--db", required=True)
+    parser.add_argument("--db", default=os.environ.get("STORETUNE_DATABASE_URL"),
+                        help="the history (default: $STORETUNE_DATABASE_URL, which keeps a password out of argv)")
+    parser.add_argument("--handed-by", type=int, default=None, help="the service that claimed the campaign")
     parser.add_argument("--comparison-workers", type=int, default=1)
     args = parser.parse_args(argv)
+    if not args.db:
+        parser.error("no history: --db URL or STORETUNE_DATABASE_URL")
     die_with_parent()
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.kind} {args.id}: %(levelname)s %(message)s")
     from tuner import History
@@ -62,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     history = History(args.db)
     run = run_campaign if args.kind == "campaign" else run_comparison
     try:
-        run(history, args.id, args.comparison_workers)
+        run(history, args.id, args.comparison_workers, args.handed_by)
     except KeyboardInterrupt:  # the service is stopping: the campaign is interrupted, resumed at the next start
         return 130
     except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history

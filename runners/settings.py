@@ -11,6 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+SPACE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"  # a space by name, never a path
+
+
 class RunnerSettings(BaseModel):
     """What every runner's settings share: unknown fields are errors, not silently dropped."""
 
@@ -35,7 +38,7 @@ class CommandSettings(RunnerSettings):
     """Run the user's own benchmark command; it prints its metrics as JSON on its last line."""
 
     command: str = Field(min_length=1, description="The command, split like a shell would.")
-    space: str = Field(min_length=1, description="The search space, by name.")
+    space: str = Field(min_length=1, max_length=100, pattern=SPACE_NAME, description="The search space, by name.")
     timeout_s: float = Field(3600.0, gt=0, description="Seconds before a run counts as TIMEOUT.")
     workload: str | None = Field(None, description="A name for the workload (default: the command's program).")
 
@@ -43,7 +46,8 @@ class CommandSettings(RunnerSettings):
 class DeviceSettings(RunnerSettings):
     """mkfs, mount, queue settings and a benchmark on a loop device or an allow-listed block device."""
 
-    space: str = Field("storage_v2", description="A file-system space: storage_v1 or storage_v2.")
+    space: str = Field("storage_v2", max_length=100, pattern=SPACE_NAME,
+                       description="A file-system space: storage_v1 or storage_v2.")
     workload: Literal["fileserver", "varmail", "webserver", "oltp"] = Field(
         "fileserver", description="The Filebench personality.")
     device: str = Field("loop", min_length=1,
@@ -61,7 +65,7 @@ class AdmissionSettings(RunnerSettings):
     """Train the admission model a configuration names on a trace and simulate failover."""
 
     trace: str = Field(min_length=1, description="A trace with per-I/O latency (FlashNet or MSR format).")
-    space: str = Field("admission", description="The admission search space.")
+    space: str = Field("admission", max_length=100, pattern=SPACE_NAME, description="The admission search space.")
     train: float = Field(0.8, gt=0, lt=1, description="Share of the trace used to train and validate.")
     validation: float = Field(0.2, gt=0, lt=1, description="Share of the training part held out for tuning.")
     replica_cost_us: float = Field(0.0, ge=0, description="cost_us adds this per replica.")

@@ -105,7 +105,7 @@ def list_spaces(directory: Path = SPACES_DIR) -> list[str]:
 def load_space(name: str, directory: Path = SPACES_DIR) -> SearchSpace:
     """The space ``name`` from ``<directory>/<name>.yaml``, with what it extends."""
     path = directory / f"{name}.yaml"
-    if not path.is_file():
+    if "/" in name or name.startswith(".") or not path.is_file():  # a name, not a path
         raise KeyError(f"unknown search space {name!r}; known: {', '.join(list_spaces(directory))}")
     data = _load_file(path)
     if data.get("name") != name:

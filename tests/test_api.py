@@ -171,6 +171,12 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
         post({"runner": "command", "runner_settings": {"command": "rm -rf /", "space": "storage_v1"}}, 403,
              ["body", "runner"])
         post({**bdbc_campaign(bdbc), "fix": {"no_such_knob": 1}}, 422, ["body", "fix"])
+        post({**bdbc_campaign(bdbc), "runner_settings": {"dataset": "datasets/" + "a" * 300}}, 422,
+             ["body", "runner_settings", "dataset", 0])  # a name too long for the file system
+        post({"runner": "device", "runner_settings": {"space": "../../etc/some"}}, 422,
+             ["body", "runner_settings", "space"])  # a space is a name, never a path
+        post({"runner": "device", "runner_settings": {"loop_size_mib": 10**7}}, 422,
+             ["body", "runner_settings", "loop_size_mib"])
         malformed = client.post("/campaigns", content=b'{"runner": "dataset",', headers={"content-type": "application/json"})
         assert malformed.status_code == 422
         assert client.get("/campaigns/999").status_code == 404
@@ -227,3 +233,43 @@ def test_the_catalog_says_what_can_be_asked_for(history_url, tmp_path, bdbc):
         assert health["status"] == "ok" and health["executor"]["kind"] == "local"
         assert client.get("/openapi.json").json()["info"]["title"] == "StoreTune"
         assert client.get("/docs").status_code == 200
+
+
+@pytest.mark.slow
+def test_a_clean_stop_interrupts_the_workers_and_the_next_start_resumes(tmp_path, bdbc, caplog):
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    caplog.set_level("INFO", logger="api.scheduler")
+    with client_for(url, tmp_path) as client:
+        campaign = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500)).json()
+        deadline = time.monotonic() + 60
+        while client.get(f"/campaigns/{campaign['id']}").json()["progress"]["evaluated"] < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    # the worker was interrupted (exit status 130: it recorded its stop), not killed with the thread
+    assert f"campaign {campaign['id']}: stopped with the service (worker exit status 130)" in caplog.text
+    with client_for(url, tmp_path) as client:
+        stopped = client.get(f"/campaigns/{campaign['id']}").json()
+        assert "RUNNING" not in stopped["progress"]["trials_by_status"]  # the interrupted worker said so itself
+        assert client.post(f"/campaigns/{campaign['id']}/cancel").status_code == 200
+        assert wait_for(client, f"/campaigns/{campaign['id']}", ("cancelled",))["state"] == "cancelled"
+
+
+@pytest.mark.slow
+def test_campaigns_of_an_exclusive_runner_run_one_at_a_time(tmp_path, bdbc, monkeypatch):
+    import api.scheduler
+    from runners import runner_class
+
+    class Exclusive:
+        exclusive = True
+
+    monkeypatch.setattr(api.scheduler, "runner_class", lambda name: Exclusive if name == "dataset"
+                        else runner_class(name))
+    with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, max_campaigns=2) as client:
+        first = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500)).json()
+        second = client.post("/campaigns", json=bdbc_campaign(bdbc, seed=2)).json()
+        wait_for(client, f"/campaigns/{first['id']}", ("running",))
+        time.sleep(1.5)
+        assert client.get(f"/campaigns/{second['id']}").json()["state"] == "queued"  # a slot is free; the disk is not
+        client.post(f"/campaigns/{first['id']}/cancel")
+        wait_for(client, f"/campaigns/{first['id']}", ("cancelled",))
+        assert wait_for(client, f"/campaigns/{second['id']}", ("finished",))["progress"]["evaluated"] == 12

@@ -152,7 +152,8 @@ class Service:
 
 
 def workers(db: str, campaign_id: int) -> list[int]:
-    """The live `python -m api.worker campaign <id> --db <db>` processes (a zombie has no cmdline)."""
+    """The live `python -m api.worker campaign <id>` processes of the history ``db`` (which a worker
+    gets in its environment, not its argv; a zombie has no cmdline)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -160,10 +161,13 @@ def workers(db: str, campaign_id: int) -> list[int]:
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
         except OSError:
             continue
-        if b"api.worker" in argv and db.encode() in argv \
+        if b"api.worker" in argv and b"STORETUNE_DATABASE_URL=" + db.encode() in environ \
                 and argv[argv.index(b"api.worker") + 1:][:2] == [b"campaign", str(campaign_id).encode()]:
+            assert db.encode() not in argv  # the history's URL (and any password in it) stays out of argv
             found.append(int(entry))
     return found
 

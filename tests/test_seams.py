@@ -118,3 +118,16 @@ def test_convergence_counts_finished_trials_and_keeps_the_best_in_both_direction
     assert low.best == [5.0, 5.0, 5.0, 3.0] and low.elapsed_s == [1.0, 3.0, 4.0, 5.0]
     assert convergence(rows, "max").best == [5.0, 5.0, 7.0, 7.0]
     assert convergence([(0, "FAILED", None, t0, t0)], "max").best == [None]
+
+
+def test_resuming_a_cancelled_campaign_withdraws_the_cancel(sqlite_url):
+    """A campaign cancelled through the API can be finished by `storetune tune --resume`."""
+    history = History(sqlite_url)
+    spec = CampaignSpec(runner="dataset", runner_settings={"dataset": str(shared("moot_configs/BDBC.csv"))},
+                        budget=6)
+    campaign = Campaign.create(history, spec)
+    history.transition(campaign.id, ["running"], cancel_requested=True)
+    assert campaign.run().state == "cancelled" and history.campaign(campaign.id).note.startswith("cancelled after 0")
+    summary = Campaign.resume(history, campaign.id).run()
+    assert (summary.state, summary.evaluated) == ("finished", 6)
+    assert history.campaign(campaign.id).cancel_requested is False

@@ -143,14 +143,22 @@ class Campaign:
             fixed={k: runner.space[k].default for k in spec.fixed},
             origin=origin,
             state=state,
+            # a campaign created running is driven by its creator (the CLI); a queued one by nobody yet
+            driver_host=socket.gethostname() if state == "running" else None,
+            driver_pid=os.getpid() if state == "running" else None,
         )
         return cls(history, record, runner, objective, executor)
 
     @classmethod
-    def resume(cls, history: History, campaign_id: int, executor: Executor | None = None) -> Campaign:
-        """The campaign ``campaign_id``, ready to finish its budget."""
+    def resume(cls, history: History, campaign_id: int, executor: Executor | None = None,
+               handed_by: int | None = None) -> Campaign:
+        """The campaign ``campaign_id``, ready to finish its budget. A campaign another live process
+        drives is refused, unless that process is ``handed_by`` (the service that claimed it for this
+        worker). Resuming a campaign that was cancelled withdraws the cancel."""
         record = history.campaign(campaign_id)
-        _refuse_if_driven_elsewhere(record)
+        _refuse_if_driven_elsewhere(record, handed_by)
+        if record.cancel_requested and record.state != "running":
+            history.transition(campaign_id, [record.state], cancel_requested=False)
         runner = make_runner(record.runner, record.runner_settings)
         runner.space = runner.space.fix(record.fixed)
         _refuse_parallel_if_exclusive(runner, executor)
@@ -219,16 +227,25 @@ def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None, bat
                          "would share one disk and disturb each other's measurements")
 
 
-def _refuse_if_driven_elsewhere(record: CampaignView) -> None:
+def _refuse_if_driven_elsewhere(record: CampaignView, handed_by: int | None = None) -> None:
     """Two drivers on one campaign would count trials twice."""
-    if record.state != "running" or record.driver_pid is None or record.driver_pid == os.getpid():
+    if record.state != "running" or record.driver_pid in (os.getpid(), handed_by):
         return
-    if record.driver_host == socket.gethostname() and _alive(record.driver_pid):
-        raise ValueError(f"campaign {record.id} is still being run by process {record.driver_pid}; stop it first")
+    if driver_alive(record.driver_host, record.driver_pid):
+        who = f"process {record.driver_pid} on {record.driver_host}" if record.driver_pid else "a service"
+        raise ValueError(f"campaign {record.id} is still being run by {who}; stop it first")
 
 
-def _alive(pid: int) -> bool:
-    """Is ``pid`` a live StoreTune process? (A reused pid or a zombie is not.)"""
+# What a StoreTune driver's command line holds: `storetune ...`, a service's worker `-m api.worker`.
+DRIVER_MARKS = (b"storetune", b"api.worker", b"tuner")
+
+
+def driver_alive(host: str | None, pid: int | None) -> bool:
+    """Is the driver recorded for a running campaign alive? The one liveness rule of the CLI and the
+    service. A driver on another host cannot be judged from here, so it counts as alive; a running
+    campaign with no driver recorded is being handed to one (alive too)."""
+    if pid is None or host != socket.gethostname():
+        return True
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
@@ -236,7 +253,7 @@ def _alive(pid: int) -> bool:
         return False
     except OSError:
         return True  # cannot tell: err on the side of not driving one campaign twice
-    return b"storetune" in cmdline or b"tuner" in cmdline
+    return any(mark in cmdline for mark in DRIVER_MARKS)  # a reused pid or a zombie is not a driver
 
 
 def dry_run(spec: CampaignSpec, runner: Runner, evaluations: int,

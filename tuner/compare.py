@@ -190,7 +190,7 @@ class Comparison:
             raise
         finally:
             getattr(executor, "close", lambda: None)()
-        results = self.summarize(runs)
+        results = json_safe(self.summarize(runs))  # JSON has no NaN (PostgreSQL refuses it): None instead
         self.history.finish_comparison(self.id, "finished", results)
         self.runs = runs
         return results
@@ -266,6 +266,17 @@ class Comparison:
             return math.nan
         best = min(scored, key=lambda t: to_loss(t.value, self.objective.direction))
         return self.means.get(Config(best.config), math.nan)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (a median over seeds that found nothing) as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _finite(value: float) -> float | None:

@@ -13,12 +13,12 @@ from api.deps import Auth, CampaignId, PagingDep, ServiceDep, TrialNumber
 from api.schemas import (
     Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, Progress, TrialDetail, TrialPublic,
 )
-from api.service import Refused, apply_policy
+from api.service import Refused, apply_policy, check_stored
 from runners import RUNNERS, Status, make_runner, runner_class, settings_model
 from tuner import Campaign, CampaignSpec
 from tuner.analysis import convergence, held_out, near_optimal_trials
 from tuner.base import HyperparameterError, parse_params
-from tuner.campaign import InvalidSpec
+from tuner.campaign import InvalidSpec, driver_alive
 from tuner.registry import algorithm_class, algorithm_target
 from tuner.views import CampaignView, TrialView
 
@@ -165,12 +165,12 @@ def resume_campaign(campaign_id: CampaignId, svc: ServiceDep) -> CampaignPublic:
     c = _campaign(svc, campaign_id)
     if c.comparison_id is not None:
         raise HTTPException(409, f"campaign {campaign_id} is a seed of comparison {c.comparison_id}; it is complete")
-    dead_driver = c.state == "running" and not svc.scheduler.driver_alive(c.driver_host, c.driver_pid) \
-        and c.driver_pid is not None
+    dead_driver = c.state == "running" and not driver_alive(c.driver_host, c.driver_pid)
     states = RESUMABLE + (("running",) if dead_driver else ())
     if c.state not in states:
         raise HTTPException(409, f"campaign {campaign_id} is {c.state}: only a cancelled, interrupted or failed "
-                                 "campaign can be resumed")
+                                 "campaign (or one whose driver died) can be resumed")
+    check_stored(svc.settings, c.runner, c.runner_settings, c.batch_size)  # a CLI campaign meets the server's policy
     if not svc.history.transition(campaign_id, list(states), state="queued", origin="api", cancel_requested=False,
                                   note="resumed"):
         raise HTTPException(409, f"campaign {campaign_id} changed state meanwhile; look at it again")
