@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,8 @@ def _algorithms() -> list[AlgorithmPublic]:
     out = []
     for name in ALGORITHMS:  # imports each algorithm's module once (DQN's loads torch)
         cls = algorithm_class(name)
-        doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        own = cls.__dict__.get("__doc__") or sys.modules[cls.__module__].__doc__ or ""  # not Tuner's own
+        doc = inspect.cleandoc(own).split("\n\n")[0].replace("\n", " ")
         out.append(AlgorithmPublic(name=name, description=doc, search=name in SEARCH_ALGORITHMS,
                                    hyperparameters=params_schema(cls.Params)))
     return out
