@@ -28,6 +28,13 @@ def die_with_parent() -> None:
         pass
 
 
+def _interrupt_once(_signum: int, _frame: object) -> None:
+    """Ctrl-C reaches a worker twice (from the terminal, to the whole process group, and from the
+    stopping service): the second must not cut short the recording of the first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: int | None) -> None:  # type: ignore[no-untyped-def]
     from tuner import Campaign
 
@@ -61,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.db:
         parser.error("no history: --db URL or STORETUNE_DATABASE_URL")
     die_with_parent()
+    signal.signal(signal.SIGINT, _interrupt_once)
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.kind} {args.id}: %(levelname)s %(message)s")
     from tuner import History
 
