@@ -293,6 +293,24 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
 
 
 @app.command()
+def importance(
+    campaign: Annotated[int, typer.Argument(help="Campaign id.")],
+    seed: Annotated[int, typer.Option(help="Seed of the random-forest surrogate.")] = 0,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Which parameters matter: OLS coefficients (the ATC'18 way), type-II ANOVA shares and a
+    random-forest variance share, on the campaign's succeeded trials; most important first."""
+    from tuner.importance import of_campaign
+
+    result = of_campaign(open_history(db), campaign, seed=seed)
+    if as_json:
+        print(json.dumps(result))
+        return
+    console.print(render.importance_table(result))
+
+
+@app.command()
 def campaigns(db: DbOption = None) -> None:
     """The campaigns in the history."""
     console.print(render.campaigns_table(open_history(db).campaigns()))

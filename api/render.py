@@ -106,3 +106,32 @@ def comparison_table(results: dict) -> Table:
         table.add_row(*row, "-" if best is None else f"{best:.6g}", f"{a['ask_tell_ms']:.2f}")
     table.add_row("[dim]random, exact[/]", "", "", *(f"[dim]{random_curve[k - 1]:.2f}[/]" for k in marks), "", "")
     return table
+
+
+def importance_table(result: dict) -> Table:
+    """One row per parameter, most important first, with its strongest OLS coefficient."""
+    objective = result["objective"]
+    title = (f"campaign {result['campaign']}: what matters for {objective['direction']} {objective['metric']} "
+             f"({result['trials']} succeeded trials; OLS R^2 {result['r_squared']:.2f}, forest OOB R^2 "
+             f"{_fmt(result['forest_r2'], '.2f')}, rank agreement {_fmt(result['rank_agreement'], '.2f')})")
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("parameter", "left"), ("ANOVA share", "right"), ("p", "right"),
+                            ("forest share", "right"), ("strongest level vs baseline", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for p in result["parameters"]:
+        strongest = max(p["coefficients"], key=lambda c: abs(c["estimate"]), default=None)
+        effect = "" if strongest is None else (
+            f"{strongest['level']} vs {p['baseline']}: {strongest['estimate']:+.4g}" if p["baseline"] is not None
+            else f"slope {strongest['estimate']:+.4g}")
+        table.add_row(escape(p["name"]), f"{p['anova_share']:.3f}", _fmt(p["anova_p"], ".2g"),
+                      f"{p['forest_share']:.3f}", escape(effect))
+    if result.get("table"):
+        t = result["table"]
+        table.caption = (f"on the whole table ({t['configurations']} configurations) the ranking is "
+                         f"{', '.join(t['ranking'][:5])}...; agreement with this campaign's: "
+                         f"{_fmt(t['rank_agreement'], '.2f')}")
+    return table
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)

@@ -1,0 +1,99 @@
+"""Which parameters matter: the ATC'18 OLS, type-II ANOVA shares and a forest's variance shares,
+on data whose effects are known, and on a replayed table against the whole table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from tuner.importance import NA, common_values, importance, required_trials
+
+
+def known_effects(n: int = 400, seed: int = 0) -> tuple[list[dict], list[float]]:
+    """a matters most (x: +10, z: +5 over y), b linearly by level (2 per step), the conditional child
+    (only when a=x) by 3 for k, r a numeric slope of 0.05, and c not at all; noise sd 1."""
+    rng = np.random.default_rng(seed)
+    configs, values = [], []
+    for _ in range(n):
+        c = {"a": str(rng.choice(["x", "y", "z"])), "b": int(rng.integers(0, 4)), "c": str(rng.choice(["p", "q"])),
+             "r": float(rng.uniform(0, 100))}
+        if c["a"] == "x":
+            c["child"] = str(rng.choice(["k", "l"]))
+        v = {"x": 10, "y": 0, "z": 5}[c["a"]] + 2 * c["b"] + 0.05 * c["r"] + (3 if c.get("child") == "k" else 0)
+        configs.append(c)
+        values.append(v + float(rng.normal(0, 1)))
+    return configs, values
+
+
+NAMES = ["a", "b", "c", "r", "child"]
+
+
+def test_both_methods_find_the_known_effects_and_the_coefficients_are_right():
+    configs, values = known_effects()
+    result = importance(configs, values, NAMES)
+    by_name = {p.name: p for p in result.parameters}
+    assert result.ranking("anova")[-1] == "c" and result.ranking("forest")[-1] == "c"  # c does nothing
+    assert by_name["c"].anova_share < 0.01 and by_name["c"].anova_p > 0.05
+    assert set(result.ranking("anova")[:2]) == {"a", "child"}  # the two that carry a's condition
+    assert by_name["b"].anova_p < 1e-10 and by_name["r"].anova_p < 1e-10
+    assert result.r_squared > 0.9 and result.forest_r2 > 0.8
+
+    b = {c.level: c for c in by_name["b"].coefficients}  # against b's most frequent level
+    baseline = int(by_name["b"].baseline)
+    for level, coefficient in b.items():
+        assert coefficient.estimate == pytest.approx(2 * (int(level) - baseline), abs=0.5)
+        assert coefficient.ci_low < coefficient.estimate < coefficient.ci_high
+    (slope,) = by_name["r"].coefficients
+    assert by_name["r"].kind == "numeric" and slope.level == "slope" and slope.estimate == pytest.approx(0.05, abs=0.01)
+    # child is inactive where a != x: its own level n/a, and x's effect plus child's recovers the truth
+    child = by_name["child"]
+    assert child.baseline == NA and child.levels == 3
+    a = {by_name["a"].baseline: 0.0, **{c.level: c.estimate for c in by_name["a"].coefficients}}
+    k = {c.level: c.estimate for c in child.coefficients}["k"]
+    assert a["x"] - a["y"] + k == pytest.approx(13, abs=0.6)  # a=x (+10) with child=k (+3), against a=y
+
+
+def test_too_few_trials_says_how_many_are_needed():
+    configs, values = known_effects(n=6)
+    needed = required_trials(configs, NAMES)
+    with pytest.raises(ValueError, match=f"needs at least {needed} successful trials .* there are 6"):
+        importance(configs, values, NAMES)
+
+
+def test_a_parameter_with_one_value_is_constant_not_an_error():
+    configs, values = known_effects(n=120)
+    for c in configs:
+        c["pinned"] = "on"
+    result = importance(configs, values, [*NAMES, "pinned"])
+    assert result.constant == ["pinned"] and "pinned" not in result.ranking()
+
+
+def test_what_the_near_optimal_configurations_have_in_common():
+    everything = [{"fs": "xfs"}, {"fs": "xfs"}, {"fs": "ext4"}, {"fs": "ext4"}, {"fs": "btrfs"}, {}]
+    near = [{"fs": "xfs"}, {"fs": "xfs"}]
+    (top, *rest) = common_values(near, everything, ["fs"])["fs"]
+    assert (top["value"], top["near_optimal"], top["all"], top["lift"]) == ("xfs", 2, 2, 3.0)
+    assert {r["value"]: r["near_optimal"] for r in rest} == {"ext4": 0, "btrfs": 0, NA: 0}
+
+
+@pytest.mark.slow
+def test_storetune_importance_on_a_replayed_table_compares_with_the_whole_table(sqlite_url, bdbc):
+    campaign = json.loads(run_cli("tune", "--dataset", str(bdbc), "--budget", "80", "--seed", "2", "--json",
+                                  db=sqlite_url, check=True).stdout.splitlines()[-1])["campaign"]
+    result = json.loads(run_cli("importance", str(campaign), "--json", db=sqlite_url, check=True).stdout)
+    shares = [p["anova_share"] for p in result["parameters"]]
+    assert shares == sorted(shares, reverse=True) and result["trials"] == 80
+    assert result["objective"] == {"metric": "PERF", "direction": "min"}
+    # BDBC's whole table: encryption and the page size dominate
+    assert result["table"]["configurations"] == 2560 and set(result["table"]["ranking"][:2]) == {"hAVE_CRYPTO", "pS"}
+    assert -1 <= result["table"]["rank_agreement"] <= 1
+
+    missing = run_cli("importance", "999", db=sqlite_url)
+    assert missing.returncode == 2 and missing.stderr.strip() == f"error: no campaign 999 in {sqlite_url}"
+    few = json.loads(run_cli("tune", "--dataset", str(bdbc), "--budget", "5", "--json", db=sqlite_url,
+                             check=True).stdout.splitlines()[-1])["campaign"]
+    short = run_cli("importance", str(few), db=sqlite_url)
+    assert short.returncode == 2 and "needs at least" in short.stderr and "there are 5" in short.stderr
