@@ -8,8 +8,9 @@ DEMO_DB ?= results/demo.sqlite
 # Debian packages of the device runner: fio and the mkfs tools.
 APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs
 # Debian packages the test suite needs: those, a real PostgreSQL for the PostgreSQL history path, and
-# docker-compose to validate docker-compose.yml (no container engine runs here).
-APT_TEST := postgresql docker-compose $(APT_DEVICES)
+# docker-compose to validate docker-compose.yml (no container engine runs here), and Debian's Chromium and
+# its driver for the web report's browser test (a test tool's own browser download fails here).
+APT_TEST := postgresql docker-compose chromium chromium-driver $(APT_DEVICES)
 
 .PHONY: setup setup-devices demo serve test test-fast apt clean
 
@@ -48,7 +49,7 @@ DEMO_WORKLOAD ?= fileserver
 demo: setup
 	@dataset=$$(ls datasets/*/measurements.csv 2>/dev/null | head -n1 | xargs -r dirname); \
 	if [ -n "$$dataset" ]; then \
-	  args="--dataset $$dataset --context workload=$(DEMO_WORKLOAD) --budget 30"; \
+	  data="--dataset $$dataset --context workload=$(DEMO_WORKLOAD)"; budget=30; \
 	  echo "Replaying StoreTune's own dataset $$dataset (measured on loop devices; workload $(DEMO_WORKLOAD))."; \
 	else \
 	  dataset=$(SHARED)/datasets/moot_configs/BDBC.csv; \
@@ -56,18 +57,24 @@ demo: setup
 	    echo "make demo needs a dataset: none measured in datasets/ yet, and no $$dataset (clone the shared data beside this repository)"; \
 	    exit 1; \
 	  fi; \
-	  args="--dataset $$dataset --budget 100"; \
+	  data="--dataset $$dataset"; budget=100; \
 	  echo "StoreTune has no dataset of its own yet: replaying $$dataset (Berkeley DB C, 2,560 measured configurations)."; \
 	fi; \
 	mkdir -p $$(dirname $(DEMO_DB)); \
-	$(BIN)/storetune tune --runner dataset $$args --algorithm bo --seed 1 \
+	$(BIN)/storetune tune --runner dataset $$data --budget $$budget --algorithm bo --seed 1 \
 	  --db sqlite:///$(DEMO_DB) --json > results/demo-summary.json || exit 1; \
 	id=$$(tail -n1 results/demo-summary.json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["campaign"])'); \
 	$(BIN)/storetune best $$id --db sqlite:///$(DEMO_DB); \
+	$(BIN)/storetune report $$id --out results/demo-campaign.html --db sqlite:///$(DEMO_DB) || exit 1; \
+	echo "A small offline comparison (random, sa, ga, bo; 10 seeds x 30 evaluations) for its report:"; \
+	cmp=$$($(BIN)/storetune compare $$data --algorithms random,sa,ga,bo --seeds 10 --budget 30 --json \
+	  --db sqlite:///$(DEMO_DB) 2>/dev/null | tail -n1 | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["comparison"])') || exit 1; \
+	$(BIN)/storetune report --comparison $$cmp --out results/demo-comparison.html --db sqlite:///$(DEMO_DB) || exit 1; \
 	echo; \
 	echo "Results: the history is $(DEMO_DB) (SQLite), the summary results/demo-summary.json."; \
 	echo "  every trial:  $(BIN)/storetune trials $$id --db sqlite:///$(DEMO_DB)"; \
-	echo "  campaigns:    $(BIN)/storetune campaigns --db sqlite:///$(DEMO_DB)"
+	echo "  campaigns:    $(BIN)/storetune campaigns --db sqlite:///$(DEMO_DB)"; \
+	echo "  reports:      results/demo-campaign.html, results/demo-comparison.html (open them in a browser; no network needed)"
 
 # The REST service on the embedded defaults: a SQLite history in results/, local worker processes.
 SERVE_DB ?= results/service.sqlite

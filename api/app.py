@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi_offline import FastAPIOffline
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from api.deps import Service, ServiceDep
 from api.routes import campaigns, catalog, comparisons
@@ -23,6 +24,15 @@ from api.service import Refused, ServiceSettings
 from tuner import History
 
 log = logging.getLogger(__name__)
+
+
+_PLOTLY: list[bytes] = []
+
+
+def _plotly_js(load: Any) -> bytes:
+    if not _PLOTLY:
+        _PLOTLY.append(load().encode())
+    return _PLOTLY[0]
 
 
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
@@ -53,6 +63,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     @app.exception_handler(Refused)
     async def refused(_request: Request, e: Refused) -> JSONResponse:
         return JSONResponse({"detail": [{"loc": list(e.field), "msg": str(e), "type": "refused"}]}, e.status)
+
+    @app.get("/static/plotly.min.js", include_in_schema=False)
+    def plotly_js() -> Response:
+        """plotly.js from the plotly package: the reports need no CDN."""
+        from plotly.offline import get_plotlyjs
+
+        return Response(_plotly_js(get_plotlyjs), media_type="application/javascript",
+                        headers={"Cache-Control": "public, max-age=86400"})
 
     @app.get("/health", response_model=Health, tags=["service"])
     def health(svc: ServiceDep) -> Health:

@@ -293,6 +293,34 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
 
 
 @app.command()
+def report(
+    campaign: Annotated[Optional[int], typer.Argument(help="Campaign id.")] = None,
+    comparison: Annotated[Optional[int], typer.Option(help="A comparison's report instead.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="The HTML file (default: results/campaign-ID.html).")] = None,
+    within: Annotated[float, typer.Option(help="Near-optimal: within this share of the best value.")] = 0.99,
+    db: DbOption = None,
+) -> None:
+    """One self-contained HTML report (plotly.js inside: it opens without a network): convergence,
+    statuses, the near-optimal set, which parameters matter, every trial; or a comparison's curves."""
+    from api.report import page
+    from tuner.report import campaign_data, comparison_data
+
+    if (campaign is None) == (comparison is None):
+        raise UserError("report needs a campaign id, or --comparison ID")
+    history = open_history(db)
+    if campaign is not None:
+        if not 0 < within <= 1:
+            raise UserError(f"--within must be in (0, 1], not {within}")
+        data, default = campaign_data(history, campaign, within=within), Path(f"results/campaign-{campaign}.html")
+    else:
+        data, default = comparison_data(history, comparison), Path(f"results/compare-{comparison}.html")
+    path = out or default
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page(data), encoding="utf-8")
+    console.print(f"report: {path}")
+
+
+@app.command()
 def importance(
     campaign: Annotated[int, typer.Argument(help="Campaign id.")],
     seed: Annotated[int, typer.Option(help="Seed of the random-forest surrogate.")] = 0,

@@ -122,8 +122,10 @@ def importance(configs: Sequence[Mapping[str, Any]], values: Sequence[float], na
         try:
             model = smf.ols("y ~ " + " + ".join(terms), data=data).fit()
             table = anova_lm(model, typ=2)
-        except (ValueError, np.linalg.LinAlgError) as e:
-            raise ValueError(f"importance cannot fit these {len(y)} trials ({e}); more trials help") from None
+        except (ValueError, np.linalg.LinAlgError):
+            raise ValueError(f"importance cannot separate the effects of {len(kinds)} parameters with these "
+                             f"{len(y)} trials (their {needed - 1} coefficients are not all identifiable; the "
+                             "parameters' conditions overlap): more trials help") from None
     residual = float(table.loc["Residual", "sum_sq"])
     ss = {name: 0.0 for name in kinds}
     p_values: dict[str, float | None] = {name: None for name in kinds}

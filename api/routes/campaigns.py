@@ -7,6 +7,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from api.deps import Auth, CampaignId, PagingDep, ServiceDep, TrialNumber
@@ -226,5 +227,36 @@ def get_convergence(campaign_id: CampaignId, svc: ServiceDep) -> Response:
         body = json.dumps({"campaign": c.id, "objective": {"metric": c.objective_metric,
                                                            "direction": c.objective_direction},
                            "budget": c.budget, **columns.to_dict()}, allow_nan=False).encode()
+        svc.cache.put(key, body)
+    return Response(body, media_type="application/json")
+
+
+@router.get("/{campaign_id}/report", response_class=HTMLResponse, responses={404: {}})
+def campaign_report(campaign_id: CampaignId, svc: ServiceDep,
+                    within: Annotated[float, Query(gt=0, le=1, description="Near-optimal share of the best.")] = 0.99
+                    ) -> HTMLResponse:
+    """The web report of the campaign; while it runs, the page redraws itself every few seconds."""
+    from api.report import page
+    from tuner.report import campaign_data
+
+    _campaign(svc, campaign_id)
+    data = campaign_data(svc.history, campaign_id, within=within)
+    return HTMLResponse(page(data, plotly_src="/static/plotly.min.js",
+                             live=f"/campaigns/{campaign_id}/report/data?within={within}"))
+
+
+@router.get("/{campaign_id}/report/data", responses={404: {}})
+def campaign_report_data(campaign_id: CampaignId, svc: ServiceDep,
+                         within: Annotated[float, Query(gt=0, le=1)] = 0.99) -> Response:
+    """What the live report redraws: its figures (plotly JSON) and tables, recomputed when a trial changes."""
+    from api.report import payload
+    from tuner.report import campaign_data
+
+    _campaign(svc, campaign_id)
+    key = ("report", campaign_id, within, svc.history.campaign(campaign_id).state,
+           svc.history.trials_version(campaign_id))
+    body = svc.cache.get(key)
+    if body is None:
+        body = json.dumps(payload(campaign_data(svc.history, campaign_id, within=within))).encode()
         svc.cache.put(key, body)
     return Response(body, media_type="application/json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response
+from fastapi.responses import HTMLResponse
 
 from api.deps import Auth, ComparisonId, PagingDep, ServiceDep
 from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
@@ -81,7 +82,32 @@ def list_comparisons(svc: ServiceDep, page: PagingDep) -> Page[ComparisonPublic]
 def get_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> ComparisonPublic:
     """State and, once finished, the results: per algorithm the median evaluations to near-optimal,
     the success curve (success_at[k-1]: share of seeds that found one within k evaluations)."""
+    return public(svc, _comparison(svc, comparison_id))
+
+
+def _comparison(svc: Any, comparison_id: int) -> ComparisonView:
     try:
-        return public(svc, svc.history.comparison(comparison_id))
+        return svc.history.comparison(comparison_id)
     except LookupError:
         raise HTTPException(404, f"no comparison {comparison_id}") from None
+
+
+@router.get("/{comparison_id}/report", response_class=HTMLResponse, responses={404: {}})
+def comparison_report(comparison_id: ComparisonId, svc: ServiceDep) -> HTMLResponse:
+    """The web report of the comparison: success curves beside random search's exact one; live while it runs."""
+    from api.report import page
+    from tuner.report import comparison_data
+
+    _comparison(svc, comparison_id)
+    return HTMLResponse(page(comparison_data(svc.history, comparison_id), plotly_src="/static/plotly.min.js",
+                             live=f"/comparisons/{comparison_id}/report/data"))
+
+
+@router.get("/{comparison_id}/report/data", responses={404: {}})
+def comparison_report_data(comparison_id: ComparisonId, svc: ServiceDep) -> dict:
+    """What the live comparison report redraws."""
+    from api.report import payload
+    from tuner.report import comparison_data
+
+    _comparison(svc, comparison_id)
+    return payload(comparison_data(svc.history, comparison_id))

@@ -1,0 +1,263 @@
+"""The web report: the figures (plotly, whose JavaScript ships inside its Python package, so no CDN)
+and the page around them, for a campaign or a comparison.
+
+One builder serves the CLI's self-contained HTML file (plotly.js inlined) and the service's live page
+(plotly.js served by the service; the page asks ``.../report/data`` for new figures every few seconds
+while the campaign runs and redraws them with ``Plotly.react``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+import plotly.graph_objects as go
+
+REFRESH_MS = 3000
+
+
+# --- the figures ------------------------------------------------------------------------------------
+def _layout(title: str, x: str, y: str, log: bool = False, **extra: Any) -> dict[str, Any]:
+    layout = dict(title=dict(text=title), xaxis=dict(title=dict(text=x)),
+                  yaxis=dict(title=dict(text=y), **({"type": "log"} if log else {})),
+                  margin=dict(l=70, r=20, t=50, b=55), height=380, template="plotly_white")
+    return {**layout, **extra}
+
+
+def _figure(fig: go.Figure, caption: str) -> dict[str, Any]:
+    return {"figure": json.loads(fig.to_json()), "caption": caption}
+
+
+def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    metric = data["objective"]["metric"]
+    better = "lower" if data["objective"]["direction"] == "min" else "higher"
+    curve, log = data["convergence"], data["log_scale"]
+    figures: dict[str, dict[str, Any]] = {}
+    fig = go.Figure([
+        go.Scatter(x=curve["evaluation"], y=curve["value"], mode="markers", name="each evaluation",
+                   marker=dict(size=5, opacity=0.5)),
+        go.Scatter(x=curve["evaluation"], y=curve["best"], mode="lines", name="best so far", line=dict(width=3)),
+    ], layout=_layout("Convergence by evaluation", "evaluation (finished trials)", f"{metric} ({better} is better)",
+                      log))
+    figures["convergence"] = _figure(fig, "Where the line flattens, more evaluations stopped paying; the dots are "
+                                          "what each evaluation cost production while tuning.")
+    fig = go.Figure([
+        go.Scatter(x=curve["elapsed_s"], y=curve["value"], mode="markers", name="each evaluation",
+                   marker=dict(size=5, opacity=0.5)),
+        go.Scatter(x=curve["elapsed_s"], y=curve["best"], mode="lines", name="best so far", line=dict(width=3)),
+    ], layout=_layout("Convergence by wall time", "seconds since the first trial started",
+                      f"{metric} ({better} is better)", log))
+    figures["convergence_time"] = _figure(fig, "The same search against the clock: benchmarks, not the algorithm, "
+                                               "set the pace (a stopped and resumed campaign includes the pause).")
+    counts = data["statuses"]["counts"]
+    fig = go.Figure([go.Bar(x=list(counts), y=list(counts.values()), text=list(counts.values()))],
+                    layout=_layout("Trial statuses", "status", "trials"))
+    figures["statuses"] = _figure(fig, "FAILED, INVALID and TIMEOUT trials are data: their reasons are listed below.")
+    imp = data["importance"]
+    if "parameters" in imp:
+        params = imp["parameters"][:15][::-1]
+        names = [p["name"] for p in params]
+        fig = go.Figure([
+            go.Bar(y=names, x=[p["anova_share"] for p in params], orientation="h", name="OLS type-II ANOVA share"),
+            go.Bar(y=names, x=[p["forest_share"] for p in params], orientation="h", name="random-forest variance share"),
+        ], layout=_layout("Which parameters matter", "share of the objective's variance", "parameter",
+                          barmode="group", height=max(320, 34 * len(names) + 120)))
+        figures["importance"] = _figure(fig, f"Both methods on the same {imp['trials']} trials (rank agreement "
+                                             f"{_fmt(imp['rank_agreement'])}); a long bar in both is a parameter "
+                                             "worth tuning.")
+        rows = [(p["name"], c) for p in imp["parameters"][:10] for c in p["coefficients"]][:60]
+        labels = [f"{name} = {c['level']}" for name, c in rows][::-1]
+        estimates = [c["estimate"] for _, c in rows][::-1]
+        high = [(c["ci_high"] - c["estimate"]) if c["ci_high"] is not None else 0 for _, c in rows][::-1]
+        low = [(c["estimate"] - c["ci_low"]) if c["ci_low"] is not None else 0 for _, c in rows][::-1]
+        fig = go.Figure([go.Scatter(x=estimates, y=labels, mode="markers", name="coefficient",
+                                    error_x=dict(type="data", array=high, arrayminus=low))],
+                        layout=_layout("OLS coefficients with 95% intervals", f"effect on {metric} against the "
+                                       "parameter's baseline value", "parameter = value",
+                                       height=max(320, 22 * len(labels) + 120)))
+        figures["coefficients"] = _figure(fig, "The ATC'18 regression: each value against its parameter's most "
+                                               "common one; an interval that crosses 0 is not a measured effect.")
+    par = data["parallel"]
+    if par["lines"]:
+        dims = [dict(label=d["name"], values=d["values"],
+                     **({"tickvals": list(range(len(d["labels"]))), "ticktext": d["labels"]} if "labels" in d else {}))
+                for d in par["dimensions"]]
+        dims.append(dict(label=metric, values=par["value"]))
+        sampled = f" (a seeded sample of {par['lines']:,} of {par['of']:,} trials)" if par["lines"] < par["of"] else ""
+        fig = go.Figure([go.Parcoords(line=dict(color=par["value"], colorscale="Viridis", showscale=True,
+                                                reversescale=data["objective"]["direction"] == "min"),
+                                      dimensions=dims)],
+                        layout=dict(title=dict(text=f"Every succeeded trial{sampled}"), height=460,
+                                    margin=dict(l=70, r=70, t=80, b=40)))
+        figures["parallel"] = _figure(fig, "Each line is a trial, coloured by its value (bright is better); drag "
+                                           "along an axis to select.")
+    return figures
+
+
+def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    metric = data["objective"].get("metric", "value")
+    better = "lower" if data["objective"].get("direction") == "min" else "higher"
+    algorithms = data["algorithms"]
+    figures: dict[str, dict[str, Any]] = {}
+    if not algorithms:
+        return figures
+    traces = [go.Scatter(x=list(range(1, len(a["success_at"]) + 1)), y=a["success_at"], mode="lines", name=label)
+              for label, a in algorithms.items()]
+    if data["random_exact"]:
+        traces.append(go.Scatter(x=list(range(1, len(data["random_exact"]) + 1)), y=data["random_exact"],
+                                 mode="lines", name="random search, exact", line=dict(dash="dash", color="black")))
+    within = data["settings"].get("within", 0.99)
+    figures["success"] = _figure(
+        go.Figure(traces, layout=_layout(f"Success rate: a configuration within {within:g} of the best found",
+                                         "evaluations", "share of seeds", yaxis_range=[0, 1.02])),
+        "Higher and further left is better; the dashed line is what random search achieves, computed exactly.")
+    figures["best_so_far"] = _figure(
+        go.Figure([go.Scatter(x=list(range(1, len(c) + 1)), y=c, mode="lines", name=label)
+                   for label, c in data["best_so_far"].items()],
+                  layout=_layout("Median best-so-far over seeds", "evaluations", f"{metric} ({better} is better)",
+                                 data["log_scale"])),
+        "How good the best configuration found so far is, for a typical seed.")
+    figures["instant"] = _figure(
+        go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
+                              name=label) for label, a in algorithms.items()],
+                  layout=_layout("Instantaneous value: the table mean of the k-th evaluation, averaged over seeds",
+                                 "evaluations", f"{metric} ({better} is better)", data["log_scale"])),
+        "What production suffers while each algorithm tunes: an algorithm that explores wildly pays here.")
+    figures["evals"] = _figure(
+        go.Figure([go.Box(y=a["evals_to_near_optimal"], name=label, boxpoints="outliers")
+                   for label, a in algorithms.items()],
+                  layout=_layout("Evaluations to a near-optimal configuration", "algorithm",
+                                 "evaluations (budget + 1: never within the budget)")),
+        "Lower is better; a box pressed against the top never found one within the budget.")
+    return figures
+
+
+# --- the tables -------------------------------------------------------------------------------------
+def campaign_tables(data: dict[str, Any]) -> str:
+    e = html.escape
+    objective = data["objective"]
+    best = data["best"]
+    rows = [("state", data["state"] + (f" ({data['note']})" if data["note"] else "")),
+            ("algorithm", data["algorithm"]), ("space / workload", f"{data['space']} / {data['workload']}"),
+            ("objective", f"{objective['direction']} {objective['metric']}"),
+            ("evaluated", f"{data['evaluated']} of {data['budget']}"),
+            ("best", "-" if best is None else f"{best['value']:.6g} (trial {best['trial']})"),
+            ("best configuration", "-" if best is None else ", ".join(f"{k}={v}" for k, v in best["config"].items()))]
+    if data["test_value"] is not None:
+        rows.append(("test value (held out)", f"{data['test_value']:.6g}"))
+    out = ['<table class="summary">', *(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows), "</table>"]
+    if data["empty"]:
+        out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')
+    near = data["near_optimal"]
+    out.append(f"<h2>Near-optimal configurations (within {near['within']:g} of the best): {near['count']}</h2>")
+    if near["trials"]:
+        names = list(dict.fromkeys(k for t in near["trials"] for k in t["config"]))
+        out += ['<table class="near"><tr><th>trial</th><th>value</th>',
+                *(f"<th>{e(n)}</th>" for n in names), "</tr>"]
+        for t in near["trials"]:
+            out.append(f"<tr><td>{t['trial']}</td><td>{t['value']:.6g}</td>"
+                       + "".join(f"<td>{e(str(t['config'].get(n, 'n/a')))}</td>" for n in names) + "</tr>")
+        out.append("</table>")
+        common = [(n, rows[0]) for n, rows in near["common"].items() if rows and rows[0]["lift"] and
+                  rows[0]["lift"] > 1 and rows[0]["near_optimal"] > 0]
+        if common:
+            out.append("<p>What they have in common (a value's share inside the set against all trials):</p><ul>")
+            out += [f"<li>{e(n)} = {e(r['value'])}: {r['near_optimal']} of {near['count']} near-optimal, "
+                    f"{r['all']} of all ({r['lift']:.1f}x)</li>" for n, r in common[:10]]
+            out.append("</ul>")
+    imp = data["importance"]
+    if "error" in imp:
+        out.append(f'<p class="empty">Importance: {e(imp["error"])}.</p>')
+    reasons = data["statuses"]["reasons"]
+    if reasons:
+        out += ["<h2>Trials that did not succeed</h2>", '<table class="reasons"><tr><th>status</th><th>trials</th>'
+                "<th>reason</th></tr>",
+                *(f"<tr><td>{e(r['status'])}</td><td>{r['trials']}</td><td>{e(r['reason'])}</td></tr>"
+                  for r in reasons), "</table>"]
+    return "\n".join(out)
+
+
+def comparison_tables(data: dict[str, Any]) -> str:
+    e = html.escape
+    s = data["settings"]
+    out = [f"<p>{e(str(s.get('seeds')))} seeds x {e(str(s.get('budget')))} evaluations of "
+           f"{e(', '.join(s.get('variants', [])))}; state {e(data['state'])}"
+           + (f" ({e(data['note'])})" if data["note"] else "") + ".</p>"]
+    if data["empty"]:
+        out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')
+    if data["algorithms"]:
+        out.append('<table class="summary"><tr><th>algorithm</th><th>median evaluations to near-optimal</th>'
+                   "<th>success at budget</th><th>best mean at budget</th></tr>")
+        for label, a in data["algorithms"].items():
+            out.append(f"<tr><td>{e(label)}</td><td>{_fmt(a['median_evals_to_near_optimal'])}</td>"
+                       f"<td>{_fmt(a['success_at_budget'])}</td><td>{_fmt(a['best_mean_at_budget'])}</td></tr>")
+        out.append("</table>")
+    return "\n".join(out)
+
+
+# --- the page ---------------------------------------------------------------------------------------
+STYLE = """body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:28px}.chart{margin:18px 0 4px}
+.caption{color:#555;font-size:.9em;margin:0 0 18px 8px}table{border-collapse:collapse;font-size:.9em}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}.empty{color:#a33}#live{color:#555;font-size:.85em}"""
+
+SCRIPT = """
+function draw(figures){
+  for (const [name, f] of Object.entries(figures)) {
+    let div = document.getElementById('chart-' + name);
+    if (!div) {
+      const box = document.createElement('div'); box.className = 'chart';
+      div = document.createElement('div'); div.id = 'chart-' + name; box.appendChild(div);
+      const cap = document.createElement('p'); cap.className = 'caption'; cap.id = 'caption-' + name;
+      document.getElementById('charts').appendChild(box); document.getElementById('charts').appendChild(cap);
+    }
+    document.getElementById('caption-' + name).textContent = f.caption;
+    Plotly.react(div, f.figure.data, f.figure.layout, {responsive: true, displaylogo: false});
+  }
+}
+draw(REPORT.figures);
+if (REPORT.live && ['queued', 'running'].includes(REPORT.state)) {
+  const timer = setInterval(async () => {
+    const r = await fetch(REPORT.live); if (!r.ok) return;
+    const next = await r.json();
+    document.getElementById('tables').innerHTML = next.tables;
+    document.getElementById('live').textContent = 'live: updated ' + new Date().toLocaleTimeString();
+    draw(next.figures);
+    if (!['queued', 'running'].includes(next.state)) clearInterval(timer);
+  }, REFRESH);
+}
+"""
+
+
+def payload(data: dict[str, Any]) -> dict[str, Any]:
+    """What the page draws: the figures and the tables' HTML (also what the live page refetches)."""
+    if data["kind"] == "campaign":
+        return {"state": data["state"], "figures": campaign_figures(data), "tables": campaign_tables(data)}
+    return {"state": data["state"], "figures": comparison_figures(data), "tables": comparison_tables(data)}
+
+
+def page(data: dict[str, Any], *, plotly_src: str | None = None, live: str | None = None) -> str:
+    """The HTML page. Without ``plotly_src``, plotly.js is inlined: one self-contained file that
+    opens without a network. ``live`` is the URL the page polls while the campaign runs."""
+    from plotly.offline import get_plotlyjs
+
+    body = payload(data)
+    report = {"figures": body["figures"], "state": data["state"], "live": live}
+    script = f'<script src="{html.escape(plotly_src)}"></script>' if plotly_src else f"<script>{get_plotlyjs()}</script>"
+    title = html.escape(data["title"])
+    return (f"<!doctype html><html><head><meta charset='utf-8'><link rel='icon' href='data:,'><title>StoreTune: {title}</title>"
+            f"<style>{STYLE}</style>{script}</head><body><h1>StoreTune report: {title}</h1>"
+            f"<p id='live'>{'live: refreshes while the campaign runs' if live else ''}</p>"
+            f"<div id='tables'>{body['tables']}</div><div id='charts'></div>"
+            f"<script>const REFRESH = {REFRESH_MS}; const REPORT = {_script_json(report)};{SCRIPT}</script>"
+            "</body></html>")
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside a <script> element (a trial's reason may hold '</script>')."""
+    return json.dumps(value).replace("</", "<\\/")
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,146 @@
+"""What a report shows, as data: the CLI's `report`, the service's report pages and their live
+updates all draw from these two functions, so they show the same numbers.
+
+Everything is aggregated here, on the server: a campaign of 10,000 trials becomes a few columns, a
+sample of lines for the parallel-coordinates plot (and the report says it is a sample), and the
+failed trials' reasons grouped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from runners import Status
+from search_spaces.status import best_of, within_of_best
+from tuner.analysis import convergence, held_out, near_optimal_trials
+from tuner.history import History
+
+PARALLEL_LINES = 2000  # lines of the parallel-coordinates plot at most: beyond, a seeded sample
+REASONS = 20  # distinct failure reasons listed
+
+
+def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, seed: int = 0) -> dict[str, Any]:
+    """A campaign's report: state, convergence, statuses, near-optimal set, importance, all trials."""
+    from tuner.importance import common_values, importance
+
+    record = history.campaign(campaign_id)
+    trials = history.trials(campaign_id)
+    direction = record.objective_direction
+    names = [p["name"] for p in record.space["parameters"]]
+    finished = [t for t in trials if Status(t.status).terminal]
+    scored = [t for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
+    best = history.best_trial(campaign_id, direction)
+    curve = convergence(history.outcomes(campaign_id), direction)
+    values = [t.value for t in scored]
+    out: dict[str, Any] = {
+        "kind": "campaign", "id": record.id, "state": record.state, "note": record.note,
+        "title": f"campaign {record.id}: {record.algorithm} on {record.workload_name}",
+        "algorithm": record.algorithm, "space": record.space_name, "workload": record.workload_name,
+        "runner": record.runner, "objective": {"metric": record.objective_metric, "direction": direction},
+        "budget": record.budget, "evaluated": len(finished),
+        "best": None if best is None else {"trial": best.number, "value": best.value, "config": best.config},
+        "test_value": held_out(best, record.objective_metric),
+        "convergence": curve.to_dict(),
+        "log_scale": _spans_decades(values),
+        "statuses": _statuses(finished),
+        "empty": None if scored else ("no trial has succeeded yet" if not finished else
+                                      "no trial succeeded: every one failed, was invalid or timed out (see below)"),
+    }
+    near = near_optimal_trials(scored, direction, within) if scored and _positive_best(values, direction) else []
+    out["near_optimal"] = {
+        "within": within, "count": len(near),
+        "trials": [{"trial": t.number, "value": t.value, "config": t.config} for t in near[:50]],
+        "common": common_values([t.config for t in near], [t.config for t in scored], names) if near else {},
+    }
+    try:
+        out["importance"] = importance([t.config for t in scored], values, names, seed=seed).to_dict()
+    except ValueError as e:
+        out["importance"] = {"error": str(e)}
+    out["parallel"] = _parallel(scored, names, seed)
+    return out
+
+
+def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
+    """A comparison's report: success curves beside random search's exact one, each algorithm's mean
+    instantaneous value and median best-so-far by evaluation, and evaluations to near-optimal."""
+    record = history.comparison(comparison_id)
+    results = record.results or {}
+    objective = record.settings.get("objective", {})
+    direction = objective.get("direction", "min")
+    best_so_far: dict[str, list[float | None]] = {}
+    for label, campaigns in _seed_campaigns(history, comparison_id).items():
+        curves = []
+        for campaign_id in campaigns:
+            curve = convergence(history.outcomes(campaign_id), direction).best
+            curves.append([math.nan if v is None else v for v in curve])
+        if curves:
+            width = max(len(c) for c in curves)
+            padded = np.array([c + [math.nan] * (width - len(c)) for c in curves], dtype=float)
+            with np.errstate(all="ignore"):
+                median = np.nanmedian(padded, axis=0) if np.isfinite(padded).any() else padded[0]
+            best_so_far[label] = [None if not math.isfinite(v) else float(v) for v in median]
+    algorithms = results.get("algorithms", {})
+    return {
+        "kind": "comparison", "id": record.id, "state": record.state, "note": record.note,
+        "title": f"comparison {record.id} on {record.workload_name}",
+        "objective": objective, "settings": {k: v for k, v in record.settings.items() if k != "driver"},
+        "results": results or None,
+        "random_exact": results.get("random_expected_success_at"),
+        "algorithms": {label: {k: a.get(k) for k in ("success_at", "instant_mean", "evals_to_near_optimal",
+                                                     "median_evals_to_near_optimal", "success_at_budget",
+                                                     "best_mean_at_budget")}
+                       for label, a in algorithms.items()},
+        "best_so_far": best_so_far,
+        "log_scale": _spans_decades([v for c in best_so_far.values() for v in c if v is not None]),
+        "empty": None if results else f"the comparison is {record.state}: its results come when every seed has run",
+    }
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+def _seed_campaigns(history: History, comparison_id: int) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for c in history.comparison_campaigns(comparison_id):
+        params = dict(c.algorithm_params)
+        label = c.algorithm if not params else f"{c.algorithm}[{','.join(f'{k}={v}' for k, v in params.items())}]"
+        out.setdefault(label, []).append(c.id)
+    return out
+
+
+def _statuses(finished: list[Any]) -> dict[str, Any]:
+    counts = Counter(t.status for t in finished)
+    reasons = Counter((t.status, t.reason or "") for t in finished if t.status != Status.SUCCEEDED.value)
+    return {"counts": {s.value: counts[s.value] for s in Status if counts[s.value]},
+            "reasons": [{"status": s, "reason": r, "trials": n} for (s, r), n in reasons.most_common(REASONS)]}
+
+
+def _parallel(scored: list[Any], names: list[str], seed: int) -> dict[str, Any]:
+    """All succeeded trials for a parallel-coordinates plot, or a seeded sample of them."""
+    rows = scored
+    if len(rows) > PARALLEL_LINES:
+        picks = np.sort(np.random.default_rng(seed).choice(len(rows), PARALLEL_LINES, replace=False))
+        rows = [scored[i] for i in picks]
+    dimensions = []
+    for name in names:
+        column = [t.config.get(name) for t in rows]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in column):
+            dimensions.append({"name": name, "values": [float(v) for v in column]})
+        else:
+            labels = sorted({str(v) if v is not None else "n/a" for v in column})
+            index = {label: i for i, label in enumerate(labels)}
+            dimensions.append({"name": name, "values": [index[str(v) if v is not None else "n/a"] for v in column],
+                               "labels": labels})
+    return {"lines": len(rows), "of": len(scored), "dimensions": dimensions, "value": [t.value for t in rows]}
+
+
+def _spans_decades(values: list[float]) -> bool:
+    positive = [v for v in values if v is not None and v > 0]
+    return len(positive) == len(values) and bool(positive) and max(positive) / min(positive) >= 100
+
+
+def _positive_best(values: list[float], direction: str) -> bool:
+    best = best_of(values, direction)
+    return best > 0 and within_of_best(best, best, direction, 1.0)
