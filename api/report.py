@@ -29,23 +29,38 @@ def _figure(fig: go.Figure, caption: str) -> dict[str, Any]:
     return {"figure": json.loads(fig.to_json()), "caption": caption}
 
 
+SVG_POINTS = 2000  # beyond this many markers, a trace is drawn with WebGL (Scattergl): SVG slows down
+
+
+def _steps(x: list[Any], best: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The best-so-far curve at its changes only (and its end), drawn as steps: the same line, with
+    as many points as improvements instead of one per evaluation."""
+    keep = [i for i in range(len(best)) if i == 0 or i == len(best) - 1 or best[i] != best[i - 1]]
+    return [x[i] for i in keep], [best[i] for i in keep]
+
+
+def _markers(x: list[Any], y: list[Any], name: str) -> Any:
+    trace = go.Scattergl if len(x) > SVG_POINTS else go.Scatter
+    return trace(x=x, y=y, mode="markers", name=name, marker=dict(size=5, opacity=0.5))
+
+
 def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     metric = data["objective"]["metric"]
     better = "lower" if data["objective"]["direction"] == "min" else "higher"
     curve, log = data["convergence"], data["log_scale"]
     figures: dict[str, dict[str, Any]] = {}
+    steps_x, steps_y = _steps(curve["evaluation"], curve["best"])
     fig = go.Figure([
-        go.Scatter(x=curve["evaluation"], y=curve["value"], mode="markers", name="each evaluation",
-                   marker=dict(size=5, opacity=0.5)),
-        go.Scatter(x=curve["evaluation"], y=curve["best"], mode="lines", name="best so far", line=dict(width=3)),
+        _markers(curve["evaluation"], curve["value"], "each evaluation"),
+        go.Scatter(x=steps_x, y=steps_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
     ], layout=_layout("Convergence by evaluation", "evaluation (finished trials)", f"{metric} ({better} is better)",
                       log))
     figures["convergence"] = _figure(fig, "Where the line flattens, more evaluations stopped paying; the dots are "
                                           "what each evaluation cost production while tuning.")
+    time_x, time_y = _steps(curve["elapsed_s"], curve["best"])
     fig = go.Figure([
-        go.Scatter(x=curve["elapsed_s"], y=curve["value"], mode="markers", name="each evaluation",
-                   marker=dict(size=5, opacity=0.5)),
-        go.Scatter(x=curve["elapsed_s"], y=curve["best"], mode="lines", name="best so far", line=dict(width=3)),
+        _markers(curve["elapsed_s"], curve["value"], "each evaluation"),
+        go.Scatter(x=time_x, y=time_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
     ], layout=_layout("Convergence by wall time", "seconds since the first trial started",
                       f"{metric} ({better} is better)", log))
     figures["convergence_time"] = _figure(fig, "The same search against the clock: benchmarks, not the algorithm, "

@@ -97,3 +97,21 @@ def test_storetune_importance_on_a_replayed_table_compares_with_the_whole_table(
                              check=True).stdout.splitlines()[-1])["campaign"]
     short = run_cli("importance", str(few), db=sqlite_url)
     assert short.returncode == 2 and "needs at least" in short.stderr and "there are 5" in short.stderr
+
+
+def test_report_bad_input_is_one_line_and_an_empty_campaign_still_renders(sqlite_url, tmp_path):
+    missing = run_cli("report", "999", "--out", str(tmp_path / "r.html"), db=sqlite_url)
+    assert missing.returncode == 2 and missing.stderr.strip() == f"error: no campaign 999 in {sqlite_url}"
+    missing = run_cli("report", "--comparison", "7", "--out", str(tmp_path / "r.html"), db=sqlite_url)
+    assert missing.returncode == 2 and missing.stderr.strip() == f"error: no comparison 7 in {sqlite_url}"
+    # a benchmark that always fails: every trial FAILED, and the report says why it is empty
+    failing = tmp_path / "bench.sh"
+    failing.write_text("#!/bin/sh\necho 'disk on fire' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    campaign = json.loads(run_cli("tune", "--runner", "command", "--command", str(failing), "--space", "storage_v1",
+                                  "--metric", "ops", "--direction", "max", "--budget", "3", "--json",
+                                  db=sqlite_url, check=True).stdout.splitlines()[-1])["campaign"]
+    out = tmp_path / "empty.html"
+    run_cli("report", str(campaign), "--out", str(out), db=sqlite_url, check=True)
+    text = out.read_text()
+    assert "This report is empty: no trial succeeded" in text and "disk on fire" in text

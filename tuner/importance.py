@@ -30,6 +30,7 @@ NA = "n/a"  # the level of a parameter inactive under its condition
 MAX_LEVELS = 12  # more distinct values than this: a numeric (linear) term, not one-hot
 MARGINAL_ROWS = 512  # rows the forest's marginal predictions average over (a sample of the trials)
 MARGINAL_LEVELS = 16  # values a numeric parameter is swept over (quantiles) for its marginal
+FOREST_ROWS = 3000  # trials the surrogate is trained on at most (a seeded sample): the OLS takes them all
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,9 @@ def _forest(frame: pd.DataFrame, kinds: Mapping[str, str], y: np.ndarray, seed: 
                 encoded.loc[frame[f"{name}_na"] == "inactive", name] = np.nan
                 encoded[name] = encoded[name].fillna(encoded[name].min() - 1.0)  # inactive: its own side of a split
     X = encoded.to_numpy()
+    if len(X) > FOREST_ROWS:
+        picks = np.random.default_rng(seed).choice(len(X), FOREST_ROWS, replace=False)
+        X, y = X[picks], y[picks]
     forest = forest_type(n_estimators=100, min_samples_leaf=2, oob_score=len(y) >= 20, random_state=seed,
                          n_jobs=1)
     forest.fit(X, y)
