@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -159,3 +160,14 @@ def near_optimal_trials(trials: Sequence[TrialView], direction: str, within: flo
         raise ValueError(f"'within' is a ratio to the best value, which is {best:g} here: it needs a positive best")
     near = [t for t in scored if within_of_best(t.value, best, direction, within)]  # type: ignore[arg-type]
     return sorted(near, key=lambda t: (to_loss(t.value, direction), t.number))  # type: ignore[arg-type]
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None: JSON has no NaN, and PostgreSQL refuses it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value

@@ -18,6 +18,7 @@ import numpy as np
 from runners import Runner, Status, make_runner
 from search_spaces import Config
 from search_spaces.status import loss as to_loss
+from tuner.analysis import json_safe
 from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
@@ -266,17 +267,6 @@ class Comparison:
             return math.nan
         best = min(scored, key=lambda t: to_loss(t.value, self.objective.direction))
         return self.means.get(Config(best.config), math.nan)
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float (a median over seeds that found nothing) as None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def _finite(value: float) -> float | None:

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tuner.analysis import json_safe
+
 NA = "n/a"  # the level of a parameter inactive under its condition
 MAX_LEVELS = 12  # more distinct values than this: a numeric (linear) term, not one-hot
 MARGINAL_ROWS = 512  # rows the forest's marginal predictions average over (a sample of the trials)
@@ -67,7 +69,7 @@ class Importance:
     rank_agreement: float | None  # Spearman's rho between the two rankings
 
     def to_dict(self) -> dict[str, Any]:
-        return _finite(asdict(self))
+        return json_safe(asdict(self))
 
     def ranking(self, method: str = "anova") -> list[str]:
         key = "anova_share" if method == "anova" else "forest_share"
@@ -316,13 +318,3 @@ def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
 
     rho = spearmanr(a, b).statistic
     return float(rho) if math.isfinite(rho) else None
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
