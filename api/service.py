@@ -99,7 +99,8 @@ def apply_policy(settings: ServiceSettings, runner: str, values: dict[str, Any])
                           403)
         if device != "loop":
             values["allow_device"] = [device]
-        if int(values.get("loop_size_mib") or 0) > settings.max_loop_mib:
+        size = values.get("loop_size_mib")  # not yet validated: a non-number is the settings model's to refuse
+        if isinstance(size, int | float) and not isinstance(size, bool) and size > settings.max_loop_mib:
             raise Refused((*where, "loop_size_mib"), f"this server makes loop devices of at most "
                                                       f"{settings.max_loop_mib} MiB (STORETUNE_MAX_LOOP_MIB)")
     return values

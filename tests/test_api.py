@@ -177,6 +177,8 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
              ["body", "runner_settings", "space"])  # a space is a name, never a path
         post({"runner": "device", "runner_settings": {"loop_size_mib": 10**7}}, 422,
              ["body", "runner_settings", "loop_size_mib"])
+        post({"runner": "device", "runner_settings": {"loop_size_mib": "lots"}}, 422,
+             ["body", "runner_settings", "loop_size_mib"])
         malformed = client.post("/campaigns", content=b'{"runner": "dataset",', headers={"content-type": "application/json"})
         assert malformed.status_code == 422
         assert client.get("/campaigns/999").status_code == 404
