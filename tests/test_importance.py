@@ -56,7 +56,28 @@ def test_both_methods_find_the_known_effects_and_the_coefficients_are_right():
     assert a["x"] - a["y"] + k == pytest.approx(13, abs=0.6)  # a=x (+10) with child=k (+3), against a=y
 
 
+def test_a_numeric_parameter_inactive_under_its_condition_gets_its_own_n_a_level():
+    rng = np.random.default_rng(3)
+    configs, values = [], []
+    for _ in range(300):
+        c = {"fs": str(rng.choice(["ext4", "xfs"]))}
+        if c["fs"] == "xfs":
+            c["agcount"] = float(rng.uniform(0, 100))  # only xfs has it: n/a elsewhere
+        configs.append(c)
+        values.append((20.0 + 0.1 * c["agcount"] if "agcount" in c else 5.0) + float(rng.normal(0, 0.5)))
+    result = importance(configs, values, ["fs", "agcount"])
+    agcount = {p.name: p for p in result.parameters}["agcount"]
+    assert agcount.kind == "numeric"
+    levels = {c.level: c for c in agcount.coefficients}
+    assert set(levels) == {"slope", NA}  # the slope among xfs, and inactive against active
+    assert levels["slope"].estimate == pytest.approx(0.1, abs=0.01)
+    assert result.r_squared > 0.95
+
+
 def test_too_few_trials_says_how_many_are_needed():
+    # a: 3 levels (2 coefficients), b: 4 (3), c: 2 (1), r: a slope (1), child: k, l, n/a (2), the intercept,
+    # and one more (pandas 3 stores strings as 'str', not object: counting them as one column each was wrong)
+    assert required_trials(known_effects()[0], NAMES) == 11
     configs, values = known_effects(n=6)
     needed = required_trials(configs, NAMES)
     with pytest.raises(ValueError, match=f"needs at least {needed} successful trials .* there are 6"):

@@ -79,7 +79,7 @@ class Importance:
 def required_trials(configs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> int:
     """How many trials the OLS needs for these parameters: one per coefficient, and one more."""
     frame, _ = _design(configs, names)
-    return _columns(frame) + 2
+    return _columns(frame) + 1
 
 
 def importance(configs: Sequence[Mapping[str, Any]], values: Sequence[float], names: Sequence[str],
@@ -95,13 +95,13 @@ def importance(configs: Sequence[Mapping[str, Any]], values: Sequence[float], na
         raise ValueError("importance needs one finite value per configuration")
     frame, kinds = _design(configs, names)
     constant = [n for n in names if n not in kinds]
-    needed = _columns(frame) + 2
+    needed = _columns(frame) + 1
     if len(y) < needed or not kinds:
         raise ValueError(f"importance needs at least {needed} successful trials for "
                          f"{len(kinds) or len(names)} parameters (one per coefficient, and one more); "
                          f"there are {len(y)}")
     columns = {name: f"x{i}" for i, name in enumerate(kinds)}  # names like 'Throughput+' break formulas
-    data = frame.rename(columns=columns)
+    data = frame.rename(columns={**columns, **{f"{n}_na": f"{c}_na" for n, c in columns.items()}})
     data["y"] = y
     terms, term_of = [], {}
     baselines: dict[str, str | None] = {}
@@ -109,17 +109,19 @@ def importance(configs: Sequence[Mapping[str, Any]], values: Sequence[float], na
         if kinds[name] == "categorical":
             baseline = str(data[column].value_counts().idxmax())
             baselines[name] = baseline
-            term = f"C({column}, Treatment(reference={baseline!r}))"
-            terms.append(term)
-            term_of[term] = name
+            # treatment coding against the most common value: it comes first among the categories. A pandas
+            # Categorical, not C(x, Treatment(...)): patsy reads a Categorical's codes, boxed strings one by one
+            data[column] = pd.Categorical(data[column], categories=[baseline, *sorted(set(data[column]) - {baseline})])
+            terms.append(column)
+            term_of[column] = name
         else:
             baselines[name] = None
             terms.append(column)
             term_of[column] = name
-            if f"{column}_na" in data:
-                term = f"C({column}_na)"
-                terms.append(term)
-                term_of[term] = name
+            if f"{column}_na" in data:  # inactive under its condition: a level of its own, against active
+                data[f"{column}_na"] = pd.Categorical(data[f"{column}_na"], categories=["active", "inactive"])
+                terms.append(f"{column}_na")
+                term_of[f"{column}_na"] = name
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # rank-deficient designs (nested conditions) warn; pinv handles them
         try:
@@ -243,7 +245,7 @@ def _columns(frame: pd.DataFrame) -> int:
     for name in frame.columns:
         if name.endswith("_na") and name[:-3] in frame:
             count += 1
-        elif frame[name].dtype == object:
+        elif not pd.api.types.is_numeric_dtype(frame[name]):  # pandas 3 gives strings the 'str' dtype, not object
             count += max(frame[name].nunique() - 1, 0)
         else:
             count += 1
@@ -268,42 +270,46 @@ def _forest(frame: pd.DataFrame, kinds: Mapping[str, str], y: np.ndarray, seed: 
         picks = np.random.default_rng(seed).choice(len(X), FOREST_ROWS, replace=False)
         X, y = X[picks], y[picks]
     forest = forest_type(n_estimators=100, min_samples_leaf=2, oob_score=len(y) >= 20, random_state=seed,
-                         n_jobs=1)
+                         n_jobs=-1)  # threads: the trees release the GIL
     forest.fit(X, y)
     oob = float(forest.oob_score_) if len(y) >= 20 else float("nan")
     rng = np.random.default_rng(seed)
     rows = X[rng.choice(len(X), size=min(len(X), MARGINAL_ROWS), replace=False)]
     total = float(np.var(forest.predict(rows)))
-    shares = {}
-    for j, name in enumerate(names):
+    # every parameter's probes in one predict call: a call per level costs more in overhead than the trees
+    probes, spans = [], []
+    for j in range(len(names)):
         column = X[:, j]
         levels, counts = np.unique(column, return_counts=True)
         if len(levels) > MARGINAL_LEVELS:
             levels = np.unique(np.quantile(column, np.linspace(0, 1, MARGINAL_LEVELS)))
             counts = np.ones(len(levels))
-        weights = counts / counts.sum()
-        means = []
         for level in levels:
             probe = rows.copy()
             probe[:, j] = level
-            means.append(float(forest.predict(probe).mean()))
-        means_arr = np.asarray(means)
-        centre = float(np.dot(weights, means_arr))
-        shares[name] = float(np.dot(weights, (means_arr - centre) ** 2) / total) if total > 0 else 0.0
+            probes.append(probe)
+        spans.append(counts / counts.sum())
+    predicted = forest.predict(np.vstack(probes)).reshape(-1, len(rows)).mean(axis=1)
+    shares, start = {}, 0
+    for name, weights in zip(names, spans):
+        means = predicted[start:start + len(weights)]
+        start += len(weights)
+        centre = float(np.dot(weights, means))
+        shares[name] = float(np.dot(weights, (means - centre) ** 2) / total) if total > 0 else 0.0
     return shares, oob
 
 
 # --- helpers ----------------------------------------------------------------------------------------
 def _belongs(label: str, column: str) -> bool:
-    return label == column or label.startswith((f"C({column},", f"C({column}_na)"))
+    return label == column or label.startswith((f"{column}[T.", f"{column}_na[T."))
 
 
 def _level(label: str, column: str) -> str:
     if label == column:
         return "slope"
-    if label.startswith(f"C({column}_na)"):
+    if label.startswith(f"{column}_na[T."):
         return NA
-    return label.rsplit("[T.", 1)[-1].rstrip("]")
+    return label[len(column) + 3:-1]  # 'x3[T.ext4]': the level, whatever brackets or dots it holds
 
 
 def _num(value: Any) -> float | None:
