@@ -49,7 +49,7 @@ DEMO_WORKLOAD ?= fileserver
 demo: setup
 	@dataset=$$(ls datasets/*/measurements.csv 2>/dev/null | head -n1 | xargs -r dirname); \
 	if [ -n "$$dataset" ]; then \
-	  data="--dataset $$dataset --context workload=$(DEMO_WORKLOAD)"; budget=30; \
+	  data="--dataset $$dataset --context workload=$(DEMO_WORKLOAD)"; budget=80; \
 	  echo "Replaying StoreTune's own dataset $$dataset (measured on loop devices; workload $(DEMO_WORKLOAD))."; \
 	else \
 	  dataset=$(SHARED)/datasets/moot_configs/BDBC.csv; \

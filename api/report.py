@@ -12,6 +12,7 @@ import html
 import json
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 REFRESH_MS = 3000
@@ -21,15 +22,17 @@ REFRESH_MS = 3000
 def _layout(title: str, x: str, y: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     layout = dict(title=dict(text=title), xaxis=dict(title=dict(text=x)),
                   yaxis=dict(title=dict(text=y), **({"type": "log"} if log else {})),
-                  margin=dict(l=70, r=20, t=50, b=55), height=380, template="plotly_white")
+                  margin=dict(l=70, r=20, t=50, b=55), height=380, template="none")
     return {**layout, **extra}
 
 
 def _figure(fig: go.Figure, caption: str) -> dict[str, Any]:
+    """A figure as JSON, without its template: the page applies one template to every figure (each
+    figure carrying its own copy cost a third of the page's build at 10,000 trials, and its bytes)."""
     return {"figure": json.loads(fig.to_json()), "caption": caption}
 
 
-SVG_POINTS = 2000  # beyond this many markers, a trace is drawn with WebGL (Scattergl): SVG slows down
+TEMPLATE = "plotly_white"
 
 
 def _steps(x: list[Any], best: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -39,29 +42,41 @@ def _steps(x: list[Any], best: list[Any]) -> tuple[list[Any], list[Any]]:
     return [x[i] for i in keep], [best[i] for i in keep]
 
 
-def _markers(x: list[Any], y: list[Any], name: str) -> Any:
-    trace = go.Scattergl if len(x) > SVG_POINTS else go.Scatter
-    return trace(x=x, y=y, mode="markers", name=name, marker=dict(size=5, opacity=0.5))
+def _instant_traces(instant: dict[str, Any], axis: str) -> list[Any]:
+    """Each evaluation's value: a dot each, or (binned on the server) a band from each bin's minimum
+    to its maximum with its median. SVG only: WebGL costs a second to start in a browser without a GPU."""
+    x = instant[axis]
+    if instant["bin"] == 1:
+        return [go.Scatter(x=x, y=instant["value"], mode="markers", name="each evaluation",
+                           marker=dict(size=5, opacity=0.5))]
+    band = f"range of each {instant['bin']} evaluations"
+    return [go.Scatter(x=x, y=instant["high"], mode="lines", line=dict(width=0), showlegend=False, hoverinfo="skip",
+                       legendgroup="band"),
+            go.Scatter(x=x, y=instant["low"], mode="lines", line=dict(width=0), fill="tonexty", name=band,
+                       fillcolor="rgba(99,110,250,0.25)", legendgroup="band"),
+            go.Scatter(x=x, y=instant["median"], mode="lines", name=f"median of each {instant['bin']} evaluations",
+                       line=dict(width=1, color="rgb(99,110,250)"))]
 
 
 def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     metric = data["objective"]["metric"]
     better = "lower" if data["objective"]["direction"] == "min" else "higher"
-    curve, log = data["convergence"], data["log_scale"]
+    curve, log, instant = data["convergence"], data["log_scale"], data["instant"]
+    binned = f" (binned by {instant['bin']} evaluations)" if instant["bin"] > 1 else ""
     figures: dict[str, dict[str, Any]] = {}
     steps_x, steps_y = _steps(curve["evaluation"], curve["best"])
     fig = go.Figure([
-        _markers(curve["evaluation"], curve["value"], "each evaluation"),
+        *_instant_traces(instant, "evaluation"),
         go.Scatter(x=steps_x, y=steps_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
-    ], layout=_layout("Convergence by evaluation", "evaluation (finished trials)", f"{metric} ({better} is better)",
-                      log))
-    figures["convergence"] = _figure(fig, "Where the line flattens, more evaluations stopped paying; the dots are "
-                                          "what each evaluation cost production while tuning.")
+    ], layout=_layout(f"Convergence by evaluation{binned}", "evaluation (finished trials)",
+                      f"{metric} ({better} is better)", log))
+    figures["convergence"] = _figure(fig, "Where the line flattens, more evaluations stopped paying; the dots (or the "
+                                          "band) are what each evaluation cost production while tuning.")
     time_x, time_y = _steps(curve["elapsed_s"], curve["best"])
     fig = go.Figure([
-        _markers(curve["elapsed_s"], curve["value"], "each evaluation"),
+        *_instant_traces(instant, "elapsed_s"),
         go.Scatter(x=time_x, y=time_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
-    ], layout=_layout("Convergence by wall time", "seconds since the first trial started",
+    ], layout=_layout(f"Convergence by wall time{binned}", "seconds since the first trial started",
                       f"{metric} ({better} is better)", log))
     figures["convergence_time"] = _figure(fig, "The same search against the clock: benchmarks, not the algorithm, "
                                                "set the pace (a stopped and resumed campaign includes the pause).")
@@ -95,19 +110,83 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                                "common one; an interval that crosses 0 is not a measured effect.")
     par = data["parallel"]
     if par["lines"]:
-        dims = [dict(label=d["name"], values=d["values"],
-                     **({"tickvals": list(range(len(d["labels"]))), "ticktext": d["labels"]} if "labels" in d else {}))
-                for d in par["dimensions"]]
-        dims.append(dict(label=metric, values=par["value"]))
         sampled = f" (a seeded sample of {par['lines']:,} of {par['of']:,} trials)" if par["lines"] < par["of"] else ""
-        fig = go.Figure([go.Parcoords(line=dict(color=par["value"], colorscale="Viridis", showscale=True,
-                                                reversescale=data["objective"]["direction"] == "min"),
-                                      dimensions=dims)],
-                        layout=dict(title=dict(text=f"Every succeeded trial{sampled}"), height=460,
-                                    margin=dict(l=70, r=70, t=80, b=40)))
-        figures["parallel"] = _figure(fig, "Each line is a trial, coloured by its value (bright is better); drag "
-                                           "along an axis to select.")
+        figures["parallel"] = {
+            **_figure(_parallel_lines(par, metric, log, f"Every succeeded trial{sampled}"),
+                      "Each line is a trial, coloured by how good its value is (the best on top): click a band in "
+                      "the legend to hide it, double-click to see it alone; the interactive plot selects by axis."),
+            "alternate": {"label": "interactive plot: drag along an axis to select (WebGL, slow without a GPU)",
+                          "back": "back to the lines", **_figure(_parcoords(par, metric, f"Every succeeded trial{sampled}"), "")},
+        }
     return figures
+
+
+BANDS = ((0.10, "best 10%"), (0.25, "next 15%"), (0.50, "next 25%"), (1.00, "worst 50%"))
+
+
+def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> go.Figure:
+    """Parallel coordinates as SVG lines, one colour per band of value (best 10%, ...). By hand on
+    plotly's scatter because plotly's parcoords is WebGL only: over a second to first draw without a GPU."""
+    from plotly.colors import sample_colorscale
+
+    axes = [*par["dimensions"], {"name": metric, "values": par["value"], "log": log}]
+    scaled, ticks = [], []
+    for axis in axes:
+        values = np.asarray(axis["values"], dtype=float)
+        if "labels" in axis:
+            span = max(len(axis["labels"]) - 1, 1)
+            scaled.append(values / span if len(axis["labels"]) > 1 else np.full(len(values), 0.5))
+            ticks.append([(i / span if len(axis["labels"]) > 1 else 0.5, label)
+                          for i, label in enumerate(axis["labels"])])
+            continue
+        use_log = axis.get("log") and (values > 0).all()
+        shown = np.log10(values) if use_log else values
+        low, high = float(shown.min()), float(shown.max())
+        width = high - low or 1.0
+        scaled.append((shown - low) / width if high > low else np.full(len(values), 0.5))
+        distinct = np.unique(shown)
+        marks = distinct if len(distinct) <= 5 else np.linspace(low, high, 5)  # a flag's 0 and 1, not 0.25 ...
+        ticks.append([((m - low) / width if high > low else 0.5, f"{10 ** m if use_log else m:.4g}") for m in marks])
+    lines = np.column_stack(scaled)
+    rank = np.asarray(par["rank"], dtype=float)
+    colours = sample_colorscale("Viridis", [0.25 + 0.75 * (1 - i / (len(BANDS) - 1)) for i in range(len(BANDS))])
+    traces, floor = [], 0.0
+    for (ceiling, label), colour in zip(BANDS, colours):
+        members = np.flatnonzero((rank > floor) & (rank <= ceiling))
+        floor = ceiling
+        if not len(members):
+            continue
+        x = np.tile(np.append(np.arange(len(axes), dtype=float), np.nan), len(members))
+        y = np.column_stack([lines[members], np.full(len(members), np.nan)]).ravel()
+        traces.append(go.Scatter(x=x, y=y, mode="lines", name=f"{label} ({len(members):,})", hoverinfo="skip",
+                                 line=dict(width=1, color=colour), opacity=0.5 if ceiling > 0.1 else 0.9))
+    traces.reverse()  # the best band last: drawn on top
+    traces.append(go.Scatter(x=[i for i, t in enumerate(ticks) for _ in t], y=[p for t in ticks for p, _ in t],
+                             text=[label for t in ticks for _, label in t], mode="text", textposition="middle right",
+                             textfont=dict(size=10), showlegend=False, hoverinfo="skip"))
+    layout = dict(title=dict(text=title), height=480, template="none", margin=dict(l=40, r=40, t=60, b=60),
+                  xaxis=dict(tickvals=list(range(len(axes))), ticktext=[a["name"] for a in axes], showgrid=False,
+                             zeroline=False, range=[-0.3, len(axes) - 0.3], title=dict(text="parameter (axis)")),
+                  yaxis=dict(visible=False, range=[-0.05, 1.05]),
+                  shapes=[dict(type="line", x0=i, x1=i, y0=0, y1=1, line=dict(color="#888", width=1))
+                          for i in range(len(axes))],
+                  legend=dict(title=dict(text=f"{metric}, by rank"), traceorder="reversed"))
+    return go.Figure(traces, layout=layout)
+
+
+def _parcoords(par: dict[str, Any], metric: str, title: str) -> go.Figure:
+    """plotly's own parallel coordinates (WebGL): select trials by dragging along an axis. Coloured by
+    rank, as the lines are: the best bright."""
+    dims = [dict(label=d["name"], values=np.asarray(d["values"], dtype=float),  # numpy: validated as one array
+                 **({"tickvals": list(range(len(d["labels"]))), "ticktext": d["labels"]} if "labels" in d else {}))
+            for d in par["dimensions"]]
+    value = np.asarray(par["value"], dtype=float)
+    dims.append(dict(label=metric, values=value))
+    return go.Figure([go.Parcoords(line=dict(color=np.asarray(par["rank"]), colorscale="Viridis", showscale=True,
+                                            reversescale=True, colorbar=dict(title=dict(text="rank (0: best)"))),
+                                   dimensions=dims)],
+                     layout=dict(title=dict(text=title), height=480, margin=dict(l=70, r=70, t=80, b=40),
+                                 template="none"))
 
 
 def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -215,20 +294,36 @@ def comparison_tables(data: dict[str, Any]) -> str:
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:28px}.chart{margin:18px 0 4px}
 .caption{color:#555;font-size:.9em;margin:0 0 18px 8px}table{border-collapse:collapse;font-size:.9em}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}.empty{color:#a33}#live{color:#555;font-size:.85em}"""
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}.empty{color:#a33}#live{color:#555;font-size:.85em}
+.toggle{font-size:.85em;margin:0 0 4px 8px}"""
 
 SCRIPT = """
+const FIGURES = {};
+function show(name){
+  const f = FIGURES[name], div = document.getElementById('chart-' + name);
+  const alt = Boolean(f.alternate && div.dataset.alternate);
+  if (f.alternate) document.getElementById('toggle-' + name).textContent = alt ? f.alternate.back : f.alternate.label;
+  document.getElementById('caption-' + name).textContent = f.caption;
+  const shown = alt ? f.alternate : f;
+  const layout = Object.assign({}, shown.figure.layout, {template: TEMPLATE});
+  Plotly.react(div, shown.figure.data, layout, {responsive: true, displaylogo: false});
+}
 function draw(figures){
   for (const [name, f] of Object.entries(figures)) {
     let div = document.getElementById('chart-' + name);
     if (!div) {
       const box = document.createElement('div'); box.className = 'chart';
-      div = document.createElement('div'); div.id = 'chart-' + name; box.appendChild(div);
+      div = document.createElement('div'); div.id = 'chart-' + name;
+      if (f.alternate) {
+        const b = document.createElement('button'); b.id = 'toggle-' + name; b.className = 'toggle';
+        b.onclick = () => { div.dataset.alternate = div.dataset.alternate ? '' : '1'; Plotly.purge(div); show(name); };
+        box.appendChild(b);
+      }
+      box.appendChild(div);
       const cap = document.createElement('p'); cap.className = 'caption'; cap.id = 'caption-' + name;
       document.getElementById('charts').appendChild(box); document.getElementById('charts').appendChild(cap);
     }
-    document.getElementById('caption-' + name).textContent = f.caption;
-    Plotly.react(div, f.figure.data, f.figure.layout, {responsive: true, displaylogo: false});
+    FIGURES[name] = f; show(name);
   }
 }
 draw(REPORT.figures);
@@ -255,9 +350,13 @@ def payload(data: dict[str, Any]) -> dict[str, Any]:
 def page(data: dict[str, Any], *, plotly_src: str | None = None, live: str | None = None) -> str:
     """The HTML page. Without ``plotly_src``, plotly.js is inlined: one self-contained file that
     opens without a network. ``live`` is the URL the page polls while the campaign runs."""
+    import plotly.io as pio
     from plotly.offline import get_plotlyjs
+    from plotly.utils import PlotlyJSONEncoder
 
     body = payload(data)
+    # its layout only: the trace defaults of every trace type cost the browser more than the charts
+    template = {"layout": json.loads(json.dumps(pio.templates[TEMPLATE].layout.to_plotly_json(), cls=PlotlyJSONEncoder))}
     report = {"figures": body["figures"], "state": data["state"], "live": live}
     script = f'<script src="{html.escape(plotly_src)}"></script>' if plotly_src else f"<script>{get_plotlyjs()}</script>"
     title = html.escape(data["title"])
@@ -265,7 +364,8 @@ def page(data: dict[str, Any], *, plotly_src: str | None = None, live: str | Non
             f"<style>{STYLE}</style>{script}</head><body><h1>StoreTune report: {title}</h1>"
             f"<p id='live'>{'live: refreshes while the campaign runs' if live else ''}</p>"
             f"<div id='tables'>{body['tables']}</div><div id='charts'></div>"
-            f"<script>const REFRESH = {REFRESH_MS}; const REPORT = {_script_json(report)};{SCRIPT}</script>"
+            f"<script>const REFRESH = {REFRESH_MS}; const TEMPLATE = {_script_json(template)};\n"
+            f"const REPORT = {_script_json(report)};{SCRIPT}</script>"
             "</body></html>")
 
 

@@ -13,13 +13,20 @@ For each size, in a temporary directory:
    near-optimal set, OLS/ANOVA and forest importance, the parallel-coordinates sample) and on the page
    (api/report.py: the plotly figures and the HTML).
 3. Render: headless Chromium (Debian's, through Selenium) opens the self-contained file; the clock
-   stops when every chart has drawn data points. The peer: the same browser opens optuna-dashboard's
-   page of the study (its own server, threaded wsgiref) and the clock stops when its first plot has
+   stops when every chart has drawn data points. Each size is a new file, so the browser compiles the
+   4.8 MB of plotly.js inlined in it afresh, as it does for a user opening a new report.
+4. Served: one `storetune serve`, started before the first size, holds every size's campaign; the
+   browser opens GET /campaigns/{id}/report, the campaign's first view: the server builds the report,
+   then the page draws with plotly.js from /static, which the browser keeps in its cache from one size
+   to the next, as a user's would. The clock runs from navigation to every chart drawn, so this one
+   figure is build + render.
+5. The peer: the same browser opens optuna-dashboard's page of the study (its own server, threaded
+   wsgiref; its JavaScript bundle cached the same way) and the clock stops when its first plot has
    drawn data points (its history plot), or after --peer-timeout seconds.
-4. Importance on the first --fanova-trials trials: Optuna's FanovaImportanceEvaluator, against StoreTune's
+6. Importance on the first --fanova-trials trials: Optuna's FanovaImportanceEvaluator, against StoreTune's
    forest share and ANOVA share on the same trials: Spearman's rho of the rankings (over parameters
    that vary).
-Target: build + render <= 2 s at 10,000 trials.
+Target: build + render <= 2 s at 10,000 trials, for the self-contained file and for the served page.
 
 The clients, the servers and the browser share the machine's cores: the load average is printed at the
 top, and figures measured beside other work are not results.
@@ -45,7 +52,7 @@ from api_load import free_port, ingest_optuna, ingest_storetune, start, stop, to
 TARGET_S = 2.0
 READY = """
 const plots = Array.from(document.querySelectorAll('.js-plotly-plot'));
-const drawn = plots.filter(gd => (gd.data || []).some(t => Math.max((t.x || []).length, (t.y || []).length,
+const drawn = plots.filter(gd => (gd._fullData || []).some(t => Math.max((t.x || []).length, (t.y || []).length,
     ((t.dimensions || [])[0] || {values: []}).values.length) > 0));
 return [plots.length, drawn.length];
 """
@@ -118,16 +125,25 @@ def main() -> None:
     print(f"machine load: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min) on {os.cpu_count()} cores",
           flush=True)
     report: dict[str, Any] = {"sizes": {}}
+    import httpx
+
+    root = Path(tempfile.mkdtemp(prefix="storetune-report-"))
+    served_url = f"sqlite:///{root / 'ours.sqlite'}"  # every size's campaign, behind one running service
+    port = free_port()
+    ours_proc = start([tool("storetune"), "serve", "--host", "127.0.0.1", "--port", str(port), "--db", served_url,
+                       "--log-level", "warning"], root / "serve.log", {**os.environ, "STORETUNE_DATABASE_URL": served_url})
     driver = browser()
     try:
-        print(f"{'trials':>8}{'build s':>10}{'render s':>10}{'total s':>10}{'peer render s':>15}{'ours/peer':>11}"
-              f"{'file MB':>9}", flush=True)
+        wait_ready(httpx, ours_proc, f"http://127.0.0.1:{port}", "/health", root / "serve.log")
+        print(f"{'':>8}{'self-contained file':^30}{'served':^20}{'optuna-dashboard':^18}", flush=True)
+        print(f"{'trials':>8}{'build s':>10}{'render s':>10}{'total s':>10}{'total s':>10}{'/ peer':>10}"
+              f"{'render s':>18}{'file MB':>9}", flush=True)
         for n in sizes:
-            work = Path(tempfile.mkdtemp(prefix=f"storetune-report-{n}-"))
+            work = root / str(n)
+            work.mkdir()
             peer_proc = None
             try:
-                history, campaign_id, _, recorded, space = ingest_storetune(f"sqlite:///{work / 'ours.sqlite'}", n,
-                                                                            args.seed)
+                history, campaign_id, _, recorded, space = ingest_storetune(served_url, n, args.seed)
                 peer_url = f"sqlite:///{work / 'optuna.sqlite'}"
                 study_id, _ = ingest_optuna(peer_url, recorded, space, history.campaign(campaign_id).objective_direction)
                 started = time.perf_counter()
@@ -137,21 +153,21 @@ def main() -> None:
                 out = work / "report.html"
                 out.write_text(html, encoding="utf-8")
                 ours = render(driver, out.as_uri(), expect_all=True, timeout=60)
-                port = free_port()
-                peer_proc = start([tool("optuna-dashboard"), peer_url, "--host", "127.0.0.1", "--port", str(port),
+                served = render(driver, f"http://127.0.0.1:{port}/campaigns/{campaign_id}/report", expect_all=True,
+                                timeout=60)
+                peer_port = free_port()
+                peer_proc = start([tool("optuna-dashboard"), peer_url, "--host", "127.0.0.1", "--port", str(peer_port),
                                    "--server", "wsgiref", "--quiet"], work / "peer.log")
-                import httpx
-
-                wait_ready(httpx, peer_proc, f"http://127.0.0.1:{port}", "/api/meta", work / "peer.log")
-                theirs = render(driver, f"http://127.0.0.1:{port}/dashboard/studies/{study_id}", expect_all=False,
+                wait_ready(httpx, peer_proc, f"http://127.0.0.1:{peer_port}", "/api/meta", work / "peer.log")
+                theirs = render(driver, f"http://127.0.0.1:{peer_port}/dashboard/studies/{study_id}", expect_all=False,
                                 timeout=args.peer_timeout)
                 total = build + (ours or float("nan"))
-                ratio = total / theirs if theirs and ours else None
-                row = {"build_s": build, "render_s": ours, "total_s": total, "peer_render_s": theirs,
-                       "ratio": ratio, "file_mb": len(html) / 1e6}
+                ratio = served / theirs if theirs and served else None
+                row = {"build_s": build, "render_s": ours, "total_s": total, "served_s": served,
+                       "peer_render_s": theirs, "served_over_peer": ratio, "file_mb": len(html) / 1e6}
                 report["sizes"][n] = row
-                print(f"{n:>8,}{build:>10.2f}{_f(ours):>10}{total:>10.2f}{_f(theirs):>15}{_f(ratio):>11}"
-                      f"{len(html) / 1e6:>9.1f}", flush=True)
+                print(f"{n:>8,}{build:>10.2f}{_f(ours):>10}{total:>10.2f}{_f(served):>10}{_f(ratio):>10}"
+                      f"{_f(theirs):>18}{len(html) / 1e6:>9.1f}", flush=True)
                 if n >= args.fanova_trials and "fanova" not in report:  # the first trials of a random search
                     first = recorded[: args.fanova_trials]
                     fanova_url = f"sqlite:///{work / 'fanova.sqlite'}"
@@ -162,9 +178,10 @@ def main() -> None:
                     report["fanova"] = {"trials": len(first), **fanova_agreement(fanova_url, ours_imp)}
             finally:
                 stop(peer_proc)
-                shutil.rmtree(work, ignore_errors=True)
     finally:
         driver.quit()
+        stop(ours_proc)
+        shutil.rmtree(root, ignore_errors=True)
     largest = report["sizes"].get(max(sizes))
     if "fanova" in report:
         f = report["fanova"]
@@ -174,10 +191,13 @@ def main() -> None:
               f"{f['top3']['ours_anova']}, Optuna {f['top3']['optuna_fanova']} (Optuna took "
               f"{f['optuna_seconds']:.1f} s)")
     if largest:
-        met = largest["total_s"] <= TARGET_S
-        print(f"target: build + render <= {TARGET_S:g} s at {max(sizes):,} trials: {'met' if met else 'NOT met'} "
-              f"({largest['total_s']:.2f} s)")
-        report["target"] = {"met": met, "total_s": largest["total_s"]}
+        report["target"] = {}
+        for label, key in (("self-contained file", "total_s"), ("served page", "served_s")):
+            seconds = largest[key]
+            met = seconds is not None and seconds <= TARGET_S
+            print(f"target: build + render <= {TARGET_S:g} s at {max(sizes):,} trials, {label}: "
+                  f"{'met' if met else 'NOT met'} ({_f(seconds)} s)")
+            report["target"][key] = {"met": met, "seconds": seconds}
     if args.json:
         print(json.dumps(report))
 

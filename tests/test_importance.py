@@ -136,3 +136,45 @@ def test_report_bad_input_is_one_line_and_an_empty_campaign_still_renders(sqlite
     run_cli("report", str(campaign), "--out", str(out), db=sqlite_url, check=True)
     text = out.read_text()
     assert "This report is empty: no trial succeeded" in text and "disk on fire" in text
+
+
+def test_a_long_campaign_s_values_are_binned_on_the_server_and_its_lines_are_svg():
+    """Past INSTANT_POINTS evaluations the report draws bins (minimum, median, maximum), not a dot each;
+    the parallel-coordinates lines are SVG scatter lines by band of rank, plotly's WebGL parcoords one click away."""
+    from api.report import _parallel_lines, campaign_figures
+    from tuner.report import INSTANT_POINTS, _instant, _parallel
+
+    n = 10 * INSTANT_POINTS + 7
+    evaluations, elapsed = list(range(1, n + 1)), [float(i) for i in range(n)]
+    size = _instant(evaluations, [0.0] * n, elapsed)["bin"]
+    values: list[float | None] = [float(i % 100) for i in range(n)]
+    values[:size] = [None] * size  # the first bin failed entirely
+    binned = _instant(evaluations, values, elapsed)
+    assert size > 1 and len(binned["median"]) == -(-n // size) <= INSTANT_POINTS // 2 + 1
+    assert binned["low"][0] is None and binned["median"][0] is None  # no value in it: a gap, not a zero
+    second = values[size:2 * size]
+    assert (binned["low"][1], binned["high"][1]) == (min(second), max(second))  # type: ignore[type-var]
+    assert binned["median"][1] == float(np.median(second)) and binned["evaluation"][1] == 2 * size
+    assert binned["evaluation"][-1] == n and binned["elapsed_s"][-1] == n - 1
+    small = _instant([1, 2], [3.0, None], [0.0, 1.0])
+    assert small == {"bin": 1, "evaluation": [1, 2], "elapsed_s": [0.0, 1.0], "value": [3.0, None]}
+
+    class Trial:
+        def __init__(self, i: int):
+            self.config = {"fs": ["ext4", "xfs"][i % 2], "flag": i % 2, "size": float(i)}
+            self.value = float(i + 1)
+
+    par = _parallel([Trial(i) for i in range(40)], ["fs", "flag", "size"], seed=0, direction="min")
+    assert _parallel([Trial(i) for i in range(40)], ["fs"], seed=0, direction="max")["rank"][39] == 1 / 40
+    fig = _parallel_lines(par, "latency", False, "t")
+    bands = [t for t in fig.data if t.mode == "lines"]
+    assert [t.name for t in bands] == ["worst 50% (20)", "next 25% (10)", "next 15% (6)", "best 10% (4)"]
+    best = bands[-1]  # drawn last, on top: the four lowest latencies, each line across all four axes
+    assert len(best.x) == 4 * 5 and list(best.y[:4]) == [0.0, 0.0, 0.0, 0.0]  # trial 0: ext4, 0, smallest, best
+    ticks = next(t for t in fig.data if t.mode == "text")
+    assert ["0", "1"] == [label for x, label in zip(ticks.x, ticks.text) if x == 1]  # a flag: its values only
+    data = {"objective": {"metric": "latency", "direction": "min"}, "log_scale": False, "parallel": par,
+            "convergence": {"evaluation": [1], "best": [1.0], "elapsed_s": [0.0]}, "instant": small,
+            "statuses": {"counts": {"SUCCEEDED": 40}}, "importance": {"error": "too few"}}
+    parallel = campaign_figures(data)["parallel"]
+    assert parallel["alternate"]["figure"]["data"][0]["type"] == "parcoords"

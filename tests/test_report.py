@@ -25,10 +25,10 @@ pytestmark = [
     pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs chromium and chromium-driver (make test installs them)"),
 ]
 
-CHARTS = """
+CHARTS = """  // _fullData: what plotly drew, its arrays decoded (numpy arrays arrive base64-encoded in .data)
 return Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => ({
   id: gd.id,
-  points: (gd.data || []).reduce((n, t) => n + Math.max((t.x || []).length, (t.y || []).length,
+  points: (gd._fullData || []).reduce((n, t) => n + Math.max((t.x || []).length, (t.y || []).length,
       ((t.dimensions || [])[0] || {values: []}).values.length), 0),
   title: ((gd.layout || {}).title || {}).text || '',
 }));
@@ -82,6 +82,20 @@ def test_the_report_of_a_finished_campaign_and_of_a_comparison(browser, sqlite_u
     check_page(browser, out.as_uri(), tmp_path / "campaign.png", CAMPAIGN_CHARTS)
     text = browser.find_element("tag name", "body").text
     assert "Near-optimal configurations" in text and "what each evaluation cost production" in text
+    # the parallel coordinates are SVG lines; one click swaps in plotly's WebGL parcoords (select by axis), and back
+    browser.find_element("id", "toggle-parallel").click()
+    kind = "return document.getElementById('chart-parallel').data.map(t => t.type)"
+    deadline = time.monotonic() + 20
+    while browser.execute_script(kind) != ["parcoords"]:
+        assert time.monotonic() < deadline, browser.execute_script(kind)
+        time.sleep(0.2)
+    lines = browser.execute_script("return document.getElementById('chart-parallel')._fullData[0].dimensions[0]"
+                                   ".values.length")
+    assert lines == 40 and "back to the lines" in browser.find_element("id", "toggle-parallel").text
+    browser.save_screenshot(str(tmp_path / "parcoords.png"))
+    browser.find_element("id", "toggle-parallel").click()
+    assert set(browser.execute_script(kind)) == {"scatter"}
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
     compare = run_cli("compare", "--dataset", str(bdbc), "--algorithms", "random,ga", "--seeds", "2", "--budget",
                       "20", "--workers", "1", "--json", db=sqlite_url, check=True)
@@ -120,12 +134,14 @@ def test_a_running_campaign_s_report_updates_itself(browser, tmp_path, bdbc):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         check_page(browser, f"{base}/campaigns/{campaign['id']}/report", tmp_path / "live.png", CAMPAIGN_CHARTS)
-        first = browser.execute_script("return document.getElementById('chart-convergence').data[0].x.length")
+        last_evaluation = ("const d = document.getElementById('chart-convergence').data;"  # the best-so-far line's end
+                           "const x = d[d.length - 1].x; return x[x.length - 1];")
+        first = browser.execute_script(last_evaluation)
         deadline = time.monotonic() + 30
         while "updated" not in browser.find_element("id", "live").text:
             assert time.monotonic() < deadline, "the live page never refreshed"
             time.sleep(0.3)
-        later = browser.execute_script("return document.getElementById('chart-convergence').data[0].x.length")
+        later = browser.execute_script(last_evaluation)
         assert later > first  # it redrew with the trials measured since
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert httpx.get(f"{base}/campaigns/999/report").status_code == 404

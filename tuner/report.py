@@ -9,17 +9,19 @@ failed trials' reasons grouped.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from runners import Status
-from search_spaces.status import best_of, within_of_best
+from search_spaces.status import best_of, loss, within_of_best
 from tuner.analysis import convergence, held_out, near_optimal_trials
 from tuner.history import History
 
-PARALLEL_LINES = 2000  # lines of the parallel-coordinates plot at most: beyond, a seeded sample
+PARALLEL_LINES = 1000  # lines of the parallel-coordinates plot at most: beyond, a seeded sample
+INSTANT_POINTS = 1000  # evaluations drawn one point each at most: beyond, bins of consecutive evaluations
 REASONS = 20  # distinct failure reasons listed
 
 
@@ -45,6 +47,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         "best": None if best is None else {"trial": best.number, "value": best.value, "config": best.config},
         "test_value": held_out(best, record.objective_metric),
         "convergence": curve.to_dict(),
+        "instant": _instant(curve.evaluation, curve.value, curve.elapsed_s),
         "log_scale": _spans_decades(values),
         "statuses": _statuses(finished),
         "empty": None if scored else ("no trial has succeeded yet" if not finished else
@@ -60,7 +63,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         out["importance"] = importance([t.config for t in scored], values, names, seed=seed).to_dict()
     except ValueError as e:
         out["importance"] = {"error": str(e)}
-    out["parallel"] = _parallel(scored, names, seed)
+    out["parallel"] = _parallel(scored, names, seed, direction)
     return out
 
 
@@ -110,6 +113,30 @@ def _seed_campaigns(history: History, comparison_id: int) -> dict[str, list[int]
     return out
 
 
+def _instant(evaluation: list[int], value: list[float | None], elapsed: list[float | None]) -> dict[str, Any]:
+    """Each evaluation's value as drawn: one point each up to INSTANT_POINTS evaluations; beyond, the
+    minimum, median and maximum of bins of consecutive evaluations (the bin's last evaluation and
+    time as its position), so 10,000 evaluations draw as a band of a few hundred points."""
+    n = len(value)
+    if n <= INSTANT_POINTS:
+        return {"bin": 1, "evaluation": evaluation, "elapsed_s": elapsed, "value": value}
+    size = math.ceil(n / (INSTANT_POINTS // 2))
+    bins = math.ceil(n / size)
+    grid = np.full(bins * size, np.nan)
+    grid[:n] = [math.nan if v is None else v for v in value]
+    grid = grid.reshape(bins, size)
+    ends = [min((b + 1) * size, n) - 1 for b in range(bins)]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a bin of failed trials only has no value
+        low, median, high = np.nanmin(grid, axis=1), np.nanmedian(grid, axis=1), np.nanmax(grid, axis=1)
+
+    def column(a: np.ndarray) -> list[float | None]:
+        return [float(v) if math.isfinite(v) else None for v in a]
+
+    return {"bin": size, "evaluation": [evaluation[i] for i in ends], "elapsed_s": [elapsed[i] for i in ends],
+            "low": column(low), "median": column(median), "high": column(high)}
+
+
 def _statuses(finished: list[Any]) -> dict[str, Any]:
     counts = Counter(t.status for t in finished)
     reasons = Counter((t.status, t.reason or "") for t in finished if t.status != Status.SUCCEEDED.value)
@@ -117,7 +144,7 @@ def _statuses(finished: list[Any]) -> dict[str, Any]:
             "reasons": [{"status": s, "reason": r, "trials": n} for (s, r), n in reasons.most_common(REASONS)]}
 
 
-def _parallel(scored: list[Any], names: list[str], seed: int) -> dict[str, Any]:
+def _parallel(scored: list[Any], names: list[str], seed: int, direction: str) -> dict[str, Any]:
     """All succeeded trials for a parallel-coordinates plot, or a seeded sample of them."""
     rows = scored
     if len(rows) > PARALLEL_LINES:
@@ -133,7 +160,12 @@ def _parallel(scored: list[Any], names: list[str], seed: int) -> dict[str, Any]:
             index = {label: i for i, label in enumerate(labels)}
             dimensions.append({"name": name, "values": [index[str(v) if v is not None else "n/a"] for v in column],
                                "labels": labels})
-    return {"lines": len(rows), "of": len(scored), "dimensions": dimensions, "value": [t.value for t in rows]}
+    losses = np.array([loss(t.value, direction) for t in rows])
+    order = np.argsort(losses, kind="stable")  # best first
+    rank = np.empty(len(rows))
+    rank[order] = (np.arange(len(rows)) + 1) / max(len(rows), 1)
+    return {"lines": len(rows), "of": len(scored), "dimensions": dimensions, "value": [t.value for t in rows],
+            "rank": rank.tolist()}  # each line's share of lines at least as good: (0, 1], the best first
 
 
 def _spans_decades(values: list[float]) -> bool:

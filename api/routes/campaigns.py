@@ -240,9 +240,14 @@ def campaign_report(campaign_id: CampaignId, svc: ServiceDep,
     from tuner.report import campaign_data
 
     _campaign(svc, campaign_id)
-    data = campaign_data(svc.history, campaign_id, within=within)
-    return HTMLResponse(page(data, plotly_src="/static/plotly.min.js",
-                             live=f"/campaigns/{campaign_id}/report/data?within={within}"))
+    key = ("report-page", campaign_id, within, svc.history.campaign(campaign_id).state,
+           svc.history.trials_version(campaign_id))
+    body = svc.cache.get(key)
+    if body is None:  # built once per change of the campaign, however many people look at it
+        body = page(campaign_data(svc.history, campaign_id, within=within), plotly_src="/static/plotly.min.js",
+                    live=f"/campaigns/{campaign_id}/report/data?within={within}").encode()
+        svc.cache.put(key, body)
+    return HTMLResponse(body)
 
 
 @router.get("/{campaign_id}/report/data", responses={404: {}})
