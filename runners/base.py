@@ -113,6 +113,11 @@ class RunnerBase:
     def settings(self) -> dict[str, Any]:
         return self._settings.model_dump(mode="json")
 
+    def resources(self) -> dict[str, float]:
+        """What one measurement occupies beyond a CPU, as cluster resources: none by default; a disk
+        for the device runner (a Ray executor schedules by them, one task per unit)."""
+        return {}
+
     def close(self) -> None:
         """Release what the runner holds; nothing by default."""
 

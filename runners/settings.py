@@ -57,7 +57,7 @@ class DeviceSettings(RunnerSettings):
     runtime_s: float = Field(10.0, gt=0, le=86_400, description="Seconds each benchmark runs.")
     timeout_s: float | None = Field(None, gt=0, description="Seconds before a run is TIMEOUT (default: 3x runtime + setup).")
     loop_dir: str = Field("/var/tmp/storetune", min_length=1, description="Where the loop device's sparse file goes.")
-    loop_size_mib: int = Field(1024, ge=64, description="Size of the loop device.")
+    loop_size_mib: int = Field(1024, ge=300, description="Size of the loop device (mkfs.xfs needs 300 MiB).")
     fileset_mib: int = Field(256, ge=1, description="Largest fileset a personality lays out.")
 
 

@@ -236,7 +236,7 @@ def test_filebench_engine_runs_the_real_binary(loop_dir):
     "args, env, message",
     [
         (["--device", "/dev/nope", "--allow-device", "/dev/nope"], {}, "/dev/nope: no such device"),
-        (["--loop-size-mib", "100"], {}, "too small: mkfs.xfs needs at least 300 MiB"),
+        (["--loop-size-mib", "100"], {}, "loop_size_mib: Input should be greater than or equal to 300"),
         (["--workload", "mailserver"], {}, "device runner: workload: Input should be 'fileserver', 'varmail'"),
         ([], {"PATH": "/usr/bin/nothing"}, "fio is not installed: apt-get install fio"),
     ],

@@ -47,6 +47,9 @@ SETUP_TIMEOUT_S = 300  # mkfs, mount and fio's file layout on a slow disk
 ASLR = Path("/proc/sys/kernel/randomize_va_space")
 
 
+LOOP_SLOT = "loop_slot"  # the cluster resource a node advertises per loop device it may hold at once
+
+
 class DeviceRunner(RunnerBase):
     name: ClassVar[str] = "device"
     exclusive: ClassVar[bool] = True  # owns its disk: measurements never run beside each other
@@ -93,6 +96,11 @@ class DeviceRunner(RunnerBase):
 
     def metrics(self) -> dict[str, Direction | None]:
         return {"ops_per_s": "max", "mb_per_s": "max", "lat_mean_us": "min", "lat_p99_us": "min"}
+
+    def resources(self) -> dict[str, float]:
+        """A loop device is made on demand: any of a node's loop slots. A disk is itself the resource:
+        one measurement at a time, on the node that has it."""
+        return {LOOP_SLOT: 1.0} if self.device_arg == "loop" else {f"device:{self.device_arg}": 1.0}
 
     # --- one measurement --------------------------------------------------------------------------
     def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
