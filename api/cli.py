@@ -18,15 +18,18 @@ from api.common import (
     DbOption,
     DeviceOpt,
     EngineOpt,
+    ExecutorOpt,
     FilesetOpt,
     LoopDirOpt,
     LoopSizeOpt,
+    MaxRetriesOpt,
     RuntimeOpt,
     WorkloadOpt,
     JsonOption,
     UserError,
     console,
     err,
+    executor_for,
     literal,
     open_history,
     pairs,
@@ -92,7 +95,10 @@ def tune(
     budget: Annotated[int, typer.Option(help="Evaluations to spend.")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of the algorithm and of the measurement noise.")] = 0,
     repeats: Annotated[int, typer.Option(help="Measurements per configuration.")] = 1,
-    parallel: Annotated[int, typer.Option(help="Configurations measured at once, in worker processes.")] = 1,
+    parallel: Annotated[int, typer.Option(help="Configurations measured at once, in worker processes or Ray "
+                                               "tasks.")] = 1,
+    executor_kind: ExecutorOpt = None,
+    max_retries: MaxRetriesOpt = 2,
     metric: Annotated[Optional[str], typer.Option(help="Metric to optimise (default: the runner's first).")] = None,
     direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the metric).")] = None,
     resume: Annotated[Optional[int], typer.Option(help="Finish the budget of this campaign.")] = None,
@@ -129,21 +135,24 @@ def tune(
         _dry_run(spec)
         return
     history = open_history(db)
-    executor = None
-    if parallel > 1:
-        from tuner.executor import ProcessExecutor
-
-        executor = ProcessExecutor(parallel)
-    if spec is None:
-        campaign = Campaign.resume(history, resume, executor)
-    else:
-        campaign = Campaign.create(history, spec, executor=executor)
-    record = campaign.record
-    done = campaign.summary().evaluated
-    title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"
-    with CampaignProgress(err, title, record.budget, done) as progress:
-        summary = campaign.run(on_trial=progress.update)
-    _print_summary(summary, as_json)
+    executor = executor_for(executor_kind, parallel, max_retries)
+    try:
+        if spec is None:
+            campaign = Campaign.resume(history, resume, executor)
+        else:
+            campaign = Campaign.create(history, spec, executor=executor)
+        if getattr(executor, "kind", "local") == "ray":
+            note = executor.fit(campaign.runner)  # type: ignore[attr-defined]
+            if note:
+                err.print(note)
+        record = campaign.record
+        done = campaign.summary().evaluated
+        title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"
+        with CampaignProgress(err, title, record.budget, done) as progress:
+            summary = campaign.run(on_trial=progress.update)
+    finally:
+        getattr(executor, "close", lambda: None)()
+    _print_summary(summary, as_json, executor.describe())
 
 
 DRY_RUN_EVALUATIONS = 3
@@ -172,9 +181,9 @@ def _dry_run(spec: CampaignSpec) -> None:
                   f"{f', {spec.repeats} repeats each' if spec.repeats > 1 else ''}; nothing was run or recorded")
 
 
-def _print_summary(summary: CampaignSummary, as_json: bool) -> None:
+def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, Any] | None = None) -> None:
     if as_json:
-        print(json.dumps(summary.to_dict(), default=str))
+        print(json.dumps({**summary.to_dict(), **({"executor": executor} if executor else {})}, default=str))
         return
     console.print(render.summary_table(summary))
     console.print(f"see every trial: storetune trials {summary.campaign}   the best: storetune best {summary.campaign}")
@@ -217,8 +226,8 @@ def serve(
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("api").setLevel(logging.INFO)  # the scheduler says when campaigns start, end, resume
     if os.environ.get("RAY_ADDRESS"):
-        err.print("RAY_ADDRESS is set, but the Ray executor is not built yet: campaigns run in this machine's "
-                  "worker processes")
+        err.print("RAY_ADDRESS is set, but the service's campaigns run in this machine's worker processes (the "
+                  "Ray executor is for storetune tune and compare)")
     err.print(f"StoreTune service on http://{host}:{port} (OpenAPI: /docs), history {settings.database_url}, "
               f"{settings.max_campaigns} campaigns at once, token {'required' if settings.token else 'not set'}")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -88,3 +89,20 @@ def table_settings(dataset: list[Path], context: list[str], metric: str | None) 
 def literal(line: str) -> None:
     """Print a command as it is (job files have [sections] that rich would take for markup)."""
     console.print(line, markup=False, highlight=False)
+
+
+ExecutorOpt = Annotated[Optional[str], typer.Option(
+    "--executor", help="local (this machine's worker processes) or ray (an embedded Ray cluster, or the one at "
+                       "RAY_ADDRESS, which selects ray unless --executor local).")]
+MaxRetriesOpt = Annotated[int, typer.Option(
+    "--max-retries", help="Ray: times a task is retried when its worker or node dies; then the trial is FAILED.")]
+
+
+def executor_for(kind: str | None, workers: int | None, max_retries: int) -> Any:
+    """The executor of a command: ``--executor``, RAY_ADDRESS, ``--parallel`` and ``--max-retries``."""
+    from tuner.executor import make_executor
+
+    address = os.environ.get("RAY_ADDRESS") or None
+    if kind == "local":
+        address = None
+    return make_executor(kind, workers, address=address, max_retries=max_retries)

@@ -9,7 +9,18 @@ from typing import Annotated, Optional
 import typer
 
 from api import render
-from api.common import DbOption, JsonOption, console, err, open_history, table_settings
+from api.common import (
+    DbOption,
+    ExecutorOpt,
+    JsonOption,
+    MaxRetriesOpt,
+    UserError,
+    console,
+    err,
+    executor_for,
+    open_history,
+    table_settings,
+)
 from api.export import write_comparison
 from api.progress import ComparisonProgress
 from tuner import SEARCH_ALGORITHMS
@@ -27,15 +38,18 @@ def compare(
     direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the table).")] = None,
     repeats: Annotated[int, typer.Option(help="Measurements per configuration.")] = 1,
     first_seed: Annotated[int, typer.Option(help="Seeds run from this one.")] = 0,
-    workers: Annotated[int, typer.Option(help="Worker processes (default: one per core).")] = 0,
+    workers: Annotated[int, typer.Option(help="Seeds run at once, in worker processes or Ray tasks (default: one "
+                                              "per core, or the Ray cluster's CPUs).")] = 0,
+    executor_kind: ExecutorOpt = None,
+    max_retries: MaxRetriesOpt = 2,
     out: Annotated[Optional[Path], typer.Option(help="Folder for summary.json and CSV files.")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compare algorithms offline on an exhaustive table: success rate by evaluation, evaluations to near-optimal."""
     from tuner.compare import CompareSpec, Comparison, Variant  # scipy: loaded only for this command
-    from tuner.executor import ProcessExecutor
-
+    if workers < 0:
+        raise UserError(f"--workers must be 1 or more (0: one per core), not {workers}")
     history = open_history(db)
     spec = CompareSpec(
         runner_settings=table_settings(dataset, context, metric),
@@ -44,7 +58,7 @@ def compare(
         direction=direction, first_seed=first_seed,
     )
     comparison = Comparison.create(history, spec)
-    executor = ProcessExecutor(workers or None)
+    executor = executor_for(executor_kind, workers or None, max_retries)
     title = f"comparison {comparison.id} on {comparison.runner.table.name}"
     with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
         results = comparison.run(executor, on_seed=progress.update)
@@ -52,6 +66,6 @@ def compare(
         for path in write_comparison(out, results, comparison.runs):
             err.print(f"wrote {path}")
     if as_json:
-        print(json.dumps(results))
+        print(json.dumps({**results, "executor": executor.describe()}))
         return
     console.print(render.comparison_table(results))

@@ -8,6 +8,7 @@ Only finished trials (SUCCEEDED, FAILED, INVALID, TIMEOUT) count towards the bud
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -97,7 +98,8 @@ class Campaign:
         """The runner (with the pinned parameters) and objective of ``spec``, after every check a new
         campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
         unknown metric raise ValueError. Nothing is written."""
-        runner = runner or _checked("runner_settings", lambda: make_runner(spec.runner, spec.runner_settings))
+        runner = runner or _checked("runner_settings", lambda: _driver_runner(spec.runner, spec.runner_settings,
+                                                                              executor))
         runner.space = _checked("fix", lambda: runner.space.fix(spec.fixed))  # an unknown parameter or value
         _checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
         objective = _checked("metric", lambda: Objective.resolve(runner.metrics(), spec.metric, spec.direction))
@@ -159,7 +161,7 @@ class Campaign:
         _refuse_if_driven_elsewhere(record, handed_by)
         if record.cancel_requested and record.state != "running":
             history.transition(campaign_id, [record.state], cancel_requested=False)
-        runner = make_runner(record.runner, record.runner_settings)
+        runner = _driver_runner(record.runner, record.runner_settings, executor)
         runner.space = runner.space.fix(record.fixed)
         _refuse_parallel_if_exclusive(runner, executor)
         if runner.workload.fingerprint() != record.workload_fingerprint:
@@ -221,7 +223,19 @@ class Campaign:
         return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
 
 
+def _driver_runner(name: str, settings: Any, executor: Executor | None) -> Runner:
+    """The runner the driver holds. When the executor measures elsewhere (Ray), a runner that sets a
+    device up is built as a dry run: the driver needs its space, workload and settings, not a disk."""
+    from runners import runner_class
+
+    if getattr(executor, "remote", False) and "dry_run" in inspect.signature(runner_class(name)).parameters:
+        return make_runner(name, settings, dry_run=True, echo=lambda _line: None)
+    return make_runner(name, settings)
+
+
 def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None, batch_size: int = 1) -> None:
+    if getattr(executor, "kind", "local") == "ray":
+        return  # the cluster schedules a disk's measurements by its resources: one per loop slot or disk
     if getattr(runner, "exclusive", False) and max(getattr(executor, "workers", 1), batch_size) > 1:
         raise ValueError(f"the {runner.name} runner measures one configuration at a time: parallel workers "
                          "would share one disk and disturb each other's measurements")

@@ -1,6 +1,6 @@
 """Where trials are measured. The campaign hands a batch of jobs to an executor and records what
-comes back; the local executor runs them here, one after another. A Ray executor plugs in at the
-same seam and runs a batch on the cluster."""
+comes back. Two engines behind one seam: the local ones (this process, or this machine's worker
+processes) here, and Ray (an embedded cluster, or an existing one) in tuner/ray_executor.py."""
 
 from __future__ import annotations
 
@@ -73,6 +73,13 @@ class Executor(Protocol):
 
 class LocalExecutor:
     """Runs everything in this process, in order; each measurement is recorded as soon as it exists."""
+
+    kind = "local"
+    workers = 1
+
+    def describe(self) -> dict[str, Any]:
+        """What ran the campaign, for its summary."""
+        return {"kind": self.kind, "nodes": 1, "workers": self.workers}
 
     def run(
         self, runner: Runner, workload: Workload, jobs: Sequence[Job], record: Recorder | None = None
@@ -174,3 +181,26 @@ def _measure_in_worker(task: tuple[str, dict, Workload, Job]) -> tuple[Job, list
     if key not in _WORKER_RUNNERS:
         _WORKER_RUNNERS[key] = make_runner(name, settings)
     return job, measure(_WORKER_RUNNERS[key], workload, job)
+
+
+EXECUTORS = ("local", "ray")
+
+
+def make_executor(kind: str | None, workers: int | None, *, address: str | None = None,
+                  max_retries: int = 2) -> Executor:
+    """The executor a command asked for. ``kind``: 'local' (this process for one worker, else this
+    machine's worker processes) or 'ray' (the cluster at ``address``, else an embedded one); None
+    picks Ray when an address is given. ``workers``: tasks in flight (None: one per core, or the
+    cluster's CPUs)."""
+    kind = kind or ("ray" if address else "local")
+    if kind not in EXECUTORS:
+        raise ValueError(f"unknown executor {kind!r}: {' or '.join(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--parallel must be at least 1, not {workers}")
+    if kind == "ray":
+        from tuner.ray_executor import RayExecutor
+
+        return RayExecutor(workers, address=address, max_retries=max_retries)
+    if workers == 1:
+        return LocalExecutor()
+    return ProcessExecutor(workers)

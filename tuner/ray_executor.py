@@ -1,0 +1,244 @@
+"""The Ray executor: the executor seam of tuner/executor.py on a Ray cluster.
+
+``ProcessExecutor`` measures in worker processes on this machine; ``RayExecutor`` sends the same
+tasks (a runner's name and declared settings, the workload, a job) to a Ray cluster: an embedded
+one it starts and stops itself, or an existing one at ``RAY_ADDRESS``. The campaign driver stays
+the only writer of the history: tasks return measurements and never open the database.
+
+A measurement that needs a disk asks the cluster for it as a custom resource (``runner.resources()``:
+``loop_slot`` for a loop device, ``device:/dev/nvme1n1`` for that disk), so a node runs as many as it
+advertises, and a disk's measurements run one at a time on the node that has it. A worker killed
+mid-evaluation is retried up to ``max_retries`` times by Ray; after that the trial is FAILED with
+Ray's reason. Ray is imported here only.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from runners import Measurement, Runner, Status, Workload
+from tuner.executor import Job, Recorder, measure
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+ROOT = Path(__file__).resolve().parents[1]  # workers import StoreTune from the same path (the docker image's /app)
+CONNECT_TIMEOUT_S = 10.0
+EMBEDDED_OBJECT_STORE = 256 * 1024 * 1024  # an embedded cluster's object store: tasks pass small objects only
+
+
+class ExecutorError(ValueError):
+    """The cluster cannot run this campaign (unreachable, or no node has what it needs): say why."""
+
+
+class RayExecutor:
+    """Measures on a Ray cluster, keeping ``workers`` tasks in flight.
+
+    ``address``: an existing cluster (``host:port`` of its head, as ``RAY_ADDRESS`` gives it); None
+    starts an embedded local cluster of ``workers`` CPUs for this executor's lifetime.
+    """
+
+    kind = "ray"
+    remote = True  # measures elsewhere: the driver's runner need not set a device up
+
+    def __init__(self, workers: int | None = None, *, address: str | None = None, max_retries: int = 2):
+        if workers is not None and workers < 1:
+            raise ExecutorError(f"--parallel must be at least 1, not {workers}")
+        if max_retries < 0:
+            raise ExecutorError(f"--max-retries must be 0 or more, not {max_retries}")
+        self.address, self.max_retries = address, max_retries
+        self._asked = workers  # None: as many as the cluster has CPUs
+        self.workers = workers or os.cpu_count() or 1
+        self.nodes_used: set[str] = set()
+        self.notes: list[str] = []
+        self._started = False
+        self._fitted: set[str] = set()
+
+    # --- the cluster ------------------------------------------------------------------------------
+    def _ray(self) -> Any:
+        import ray
+
+        if self._started:
+            return ray
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        options: dict[str, Any] = dict(runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False,
+                                       configure_logging=False)
+        if self.address:
+            _reachable(self.address)
+            ray.init(address=self.address, **options)
+            if self._asked is None:
+                self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
+        else:
+            # one loop slot: this machine's loop devices share its disks, and two at once disturb each other
+            ray.init(num_cpus=self.workers, object_store_memory=EMBEDDED_OBJECT_STORE,
+                     resources={"loop_slot": 1}, **options)
+        self._started = True
+        return ray
+
+    def fit(self, runner: Runner) -> str | None:
+        """Check the cluster has what the runner's measurements need, and cap the tasks in flight to
+        what it can run at once (a device campaign: its loop slots or disks). Says so when it caps."""
+        needed = runner.resources()
+        self._fitted.add(runner.name)
+        if not needed:
+            self._ray()
+            return None
+        slots = self.check_resources(needed)
+        if self.workers > slots:
+            what = " and ".join(f"{int(total)} {name}" for name, total in self._totals(needed).items())
+            note = (f"--parallel {self.workers} capped to {slots}: the Ray cluster advertises {what} "
+                    "(one measurement per unit)")
+            self.workers = slots
+            self.notes.append(note)
+            return note
+        return None
+
+    def _totals(self, needed: dict[str, float]) -> dict[str, float]:
+        totals = self._ray().cluster_resources()
+        return {name: totals.get(name, 0.0) for name in needed}
+
+    def close(self) -> None:
+        if self._started:
+            import ray
+
+            ray.shutdown()  # an embedded cluster stops with it; an existing one only loses this driver
+            self._started = False
+
+    def describe(self) -> dict[str, Any]:
+        """What ran the campaign, for its summary: the executor and the nodes its tasks ran on."""
+        return {"kind": self.kind, "nodes": len(self.nodes_used), "address": self.address or "embedded",
+                "workers": self.workers, **({"notes": self.notes} if self.notes else {})}
+
+    def check_resources(self, needed: dict[str, float]) -> int:
+        """How many of these tasks the cluster can run at once; refuses a resource no node has."""
+        ray = self._ray()
+        totals = ray.cluster_resources()
+        if not needed:
+            return max(int(totals.get("CPU", 1)), 1)
+        slots = []
+        for name, amount in needed.items():
+            have = totals.get(name, 0.0)
+            if have < amount:
+                advertised = sorted(k for k in totals if k == "loop_slot" or k.startswith("device:"))
+                raise ExecutorError(
+                    f"no node of the Ray cluster advertises {name!r} (it has {', '.join(advertised) or 'none'}): "
+                    f"start a node with ray start --resources='{{\"{name}\": 1}}'")
+            slots.append(int(have // amount))
+        return max(min(slots), 1)
+
+    # --- the executor seam ------------------------------------------------------------------------
+    def run(self, runner: Runner, workload: Workload, jobs: Sequence[Job],
+            record: Recorder | None = None) -> Iterator[tuple[Job, list[Measurement]]]:
+        """Measure the jobs on the cluster; measurements are recorded here, by the only writer."""
+        ray = self._ray()
+        if runner.name not in self._fitted:
+            self.fit(runner)
+        needed = runner.resources()
+        task = ray.remote(_measure_task).options(num_cpus=0 if needed else 1, resources=needed or None,
+                                                 max_retries=self.max_retries, retry_exceptions=False)
+        name, settings = runner.name, runner.settings()
+        items = iter(jobs)
+        pending: dict[Any, Job] = {}
+        for job in items:
+            pending[task.remote(name, settings, workload, job)] = job
+            if len(pending) >= self.workers:
+                break
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            ref = done[0]
+            job = pending.pop(ref)
+            measurements = self._result(ray, ref, runner.name)
+            if record is not None:
+                for repeat, m in enumerate(measurements):
+                    record(job, repeat, m)
+            yield job, measurements
+            nxt = next(items, None)
+            if nxt is not None:
+                pending[task.remote(name, settings, workload, nxt)] = nxt
+
+    def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """``fn`` on every item as Ray tasks (a comparison's seeds), ``workers`` in flight."""
+        ray = self._ray()
+        task = ray.remote(_call).options(num_cpus=1, max_retries=self.max_retries)
+        queue = iter(items)
+        pending = [task.remote(fn, item) for item, _ in zip(queue, range(2 * self.workers))]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            result, node = ray.get(done[0])
+            self.nodes_used.add(node)
+            yield result
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending.append(task.remote(fn, nxt))
+
+    def _result(self, ray: Any, ref: Any, runner_name: str) -> list[Measurement]:
+        try:
+            measurements, node = ray.get(ref)
+        except ray.exceptions.RayTaskError as e:  # the task raised: building the runner failed on that node
+            cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else e
+            return [Measurement.failed(Status.FAILED, f"on a Ray worker: {type(cause).__name__}: {cause}",
+                                       env={"runner": runner_name, "executor": "ray"})]
+        except ray.exceptions.RayError as e:  # the worker or its node died, on every try
+            lines = [line for line in str(e).splitlines() if line.strip()]
+            reason = f"{type(e).__name__}: {lines[0].strip()}" if lines else type(e).__name__
+            return [Measurement.failed(Status.FAILED, f"the Ray task failed {self.max_retries + 1} times: {reason}",
+                                       env={"runner": runner_name, "executor": "ray"})]
+        self.nodes_used.add(node)
+        return measurements
+
+
+# --- in the workers ---------------------------------------------------------------------------------
+_RUNNERS: dict[str, Runner] = {}
+
+
+def _node() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _measure_task(name: str, settings: dict, workload: Workload, job: Job) -> tuple[list[Measurement], str]:
+    """One job in a Ray worker: its runner is built once per worker from the declared settings."""
+    from runners import make_runner
+
+    key = f"{name}:{sorted(settings.items())!r}"
+    if key not in _RUNNERS:
+        _RUNNERS[key] = make_runner(name, settings)
+    runner, node = _RUNNERS[key], _node()
+    try:
+        out = [_with_node(m, node) for m in measure(runner, workload, job)]
+    finally:
+        if runner.resources():  # a disk is held per task, not per worker: Ray keeps idle workers alive
+            _RUNNERS.pop(key).close()
+    return out, node
+
+
+def _with_node(m: Measurement, node: str) -> Measurement:
+    from dataclasses import replace
+
+    return replace(m, env={**m.env, "ray_node": node, "executor": "ray"})
+
+
+def _call(fn: Callable[[T], R], item: T) -> tuple[R, str]:
+    return fn(item), _node()
+
+
+def _reachable(address: str) -> None:
+    """An unreachable head fails in seconds with one line, not after Ray's long retries."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ExecutorError(f"RAY_ADDRESS {address!r} is not host:port (the head's GCS port, 6379 by default)")
+    started = time.monotonic()
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as e:
+        raise ExecutorError(f"the Ray cluster at {address} is unreachable ({e.strerror or e}, after "
+                            f"{time.monotonic() - started:.0f} s): start it with ray start --head, or unset "
+                            "RAY_ADDRESS to run here") from None
