@@ -37,9 +37,10 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'history.sqlite'}"
 
 
-def run_cli(*args: str, db: str | None = None, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``storetune`` in a real subprocess, as a user would."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_cli(*args: str, db: str | None = None, check: bool = False, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``storetune`` in a real subprocess, as a user would (``env``: variables to add)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     if db:
         env["STORETUNE_DATABASE_URL"] = db
     proc = subprocess.run([*STORETUNE, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)

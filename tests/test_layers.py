@@ -43,3 +43,9 @@ def test_importing_storetune_loads_no_heavy_library():
 
 def test_datasets_is_a_data_folder_not_a_package():
     assert not (ROOT / "datasets" / "__init__.py").exists()  # it would shadow HuggingFace's `datasets`
+
+
+def test_ray_is_imported_only_by_the_ray_executor():
+    importers = sorted(path for package in LAYERS for path, names in imported_packages(package).items()
+                       if "ray" in names)
+    assert importers == ["tuner/ray_executor.py"]

@@ -1,0 +1,227 @@
+"""The Ray executor on real Ray: an embedded local cluster, and a two-node cluster of separate
+processes on 127.0.0.1 (a head and a worker node, started with `ray start`), whose worker node's
+raylet is killed mid-campaign. The clusters these tests start are stopped by their own processes
+(found by the temp dir only they use), never with `ray stop`, which would stop every cluster here."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, STORETUNE, run_cli
+from tuner.history import History
+
+pytestmark = pytest.mark.slow
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slow_benchmark(tmp_path: Path, seconds: float) -> Path:
+    """A benchmark command that takes ``seconds`` and prints a throughput from the configuration."""
+    script = tmp_path / "bench.sh"
+    script.write_text(f"#!/bin/sh\nsleep {seconds}\n"
+                      'echo "{\\"ops\\": $(( ${#STORETUNE_CONFIG} * 10 + STORETUNE_SEED % 7 ))}"\n')
+    script.chmod(0o755)
+    return script
+
+
+def recorded(url: str, campaign: int) -> tuple[list, list]:
+    history = History(url)
+    trials = history.trials(campaign, measurements=True)
+    return trials, [m for t in trials for m in (t.measurements or ())]
+
+
+def test_an_embedded_ray_runs_a_campaign_and_records_every_trial_once(sqlite_url, bdbc):
+    out = run_cli("tune", "--dataset", str(bdbc), "--budget", "24", "--parallel", "2", "--executor", "ray",
+                  "--seed", "3", "--json", db=sqlite_url, check=True, env={"RAY_ADDRESS": ""})
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["executor"]["kind"] == "ray" and summary["executor"]["nodes"] == 1
+    assert summary["executor"]["address"] == "embedded"
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert sorted(t.number for t in trials) == list(range(24))  # each once
+    assert all(t.status == "SUCCEEDED" for t in trials)
+    assert len({m.env["ray_node"] for m in measurements}) == 1 and all(m.env["executor"] == "ray" for m in measurements)
+    # the same seed on the local executor asks the same configurations
+    local = json.loads(run_cli("tune", "--dataset", str(bdbc), "--budget", "24", "--seed", "3", "--json",
+                               db=sqlite_url, check=True, env={"RAY_ADDRESS": ""}).stdout.splitlines()[-1])
+    assert local["executor"] == {"kind": "local", "nodes": 1, "workers": 1}
+    assert local["best_value"] == summary["best_value"]
+
+
+def test_bad_ray_input_is_one_line_and_no_hang(sqlite_url, bdbc):
+    started = time.monotonic()
+    out = run_cli("tune", "--dataset", str(bdbc), "--budget", "3", "--json", db=sqlite_url,
+                  env={"RAY_ADDRESS": f"127.0.0.1:{free_port()}"})  # RAY_ADDRESS selects Ray
+    assert out.returncode == 2 and time.monotonic() - started < 60
+    assert out.stderr.count("\n") == 1 and "unreachable" in out.stderr and "RAY_ADDRESS" in out.stderr
+    out = run_cli("tune", "--dataset", str(bdbc), "--budget", "3", "--parallel", "0", "--executor", "ray",
+                  db=sqlite_url)
+    assert out.returncode == 2 and "--parallel must be at least 1, not 0" in out.stderr
+    out = run_cli("tune", "--dataset", str(bdbc), "--budget", "3", "--executor", "spark", db=sqlite_url)
+    assert out.returncode == 2 and "unknown executor 'spark'" in out.stderr
+    out = run_cli("compare", "--dataset", str(bdbc), "--workers", "-1", db=sqlite_url)
+    assert out.returncode == 2 and "--workers must be" in out.stderr
+
+
+class Cluster:
+    """A head and a worker node as separate `ray start` processes on 127.0.0.1, in a temp dir of their own."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.port, self.worker_port = tmp, free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        # Ray >= 2.59 turns token auth on for a head when ~/.ray/auth_token exists (an embedded ray.init writes
+        # it), and then a node or a driver without the token cannot join: every process here says the same
+        self.auth = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **self.auth}
+
+    def start(self) -> None:
+        self._ray("start", "--head", f"--port={self.port}", "--num-cpus=1", f"--temp-dir={self.tmp}",
+                  "--include-dashboard=false", "--disable-usage-stats", "--resources={\"loop_slot\": 1}")
+        self._ray("start", f"--address={self.address}", "--num-cpus=1", f"--node-manager-port={self.worker_port}",
+                  "--resources={\"loop_slot\": 1}")
+
+    def _ray(self, *args: str) -> None:
+        proc = subprocess.run([RAY, *args], env=self.env, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def worker_raylet(self) -> int:
+        for pid, cmdline in processes():
+            if "raylet" in cmdline[0] and f"--node_manager_port={self.worker_port}" in cmdline:
+                return pid
+        raise AssertionError("the worker node's raylet is not running")
+
+    def stop(self) -> None:
+        """Every process of this cluster: its command line or its open files name the cluster's temp dir
+        (Ray's agents rewrite their command line, but keep their logs there open)."""
+        for _ in range(3):
+            mine = [pid for pid, cmdline in processes() if any(str(self.tmp) in part for part in cmdline)
+                    or any(str(self.tmp) in target for target in open_files(pid))]
+            if not mine:
+                return
+            for pid in mine:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(1)
+
+
+def open_files(pid: int) -> list[str]:
+    try:
+        return [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+    except OSError:  # gone, or a descriptor closed while reading
+        return []
+
+
+def processes() -> list[tuple[int, list[str]]]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmdline and cmdline[0]:
+                out.append((int(entry.name), [c.decode(errors="replace") for c in cmdline if c]))
+    return out
+
+
+@pytest.fixture
+def cluster():
+    tmp = Path(tempfile.mkdtemp(prefix="st-ray-", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    c = Cluster(tmp)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_a_two_node_cluster_runs_tasks_on_both_and_survives_losing_one(cluster, sqlite_url, tmp_path):
+    bench = slow_benchmark(tmp_path, 0.5)
+    env = {"RAY_ADDRESS": cluster.address, **cluster.auth}
+    common = ["--runner", "command", "--command", str(bench), "--space", "storage_v1", "--metric", "ops",
+              "--direction", "max", "--json"]
+    out = run_cli("tune", *common, "--budget", "12", "--parallel", "2", "--seed", "1", db=sqlite_url, check=True,
+                  env=env)
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["executor"]["kind"] == "ray" and summary["executor"]["address"] == cluster.address
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert sorted(t.number for t in trials) == list(range(12)) and all(t.status == "SUCCEEDED" for t in trials)
+    nodes = Counter(m.env["ray_node"] for m in measurements)
+    assert len(nodes) == 2 and summary["executor"]["nodes"] == 2, nodes  # one IP, two node ids
+
+    # the worker node's raylet dies mid-campaign: its tasks are retried on the head, nothing lost or doubled
+    proc = subprocess.Popen([*STORETUNE, "tune", *common, "--budget", "16", "--parallel", "2", "--seed", "2",
+                             "--max-retries", "3"], env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                         "STORETUNE_DATABASE_URL": sqlite_url, **env},
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        history, deadline = History(sqlite_url), time.monotonic() + 120
+        campaign = None
+        while time.monotonic() < deadline:
+            ids = [c.id for c in history.campaigns() if c.id != summary["campaign"]]
+            if ids and history.status_counts(ids[0]).get("SUCCEEDED", 0) >= 3:
+                campaign = ids[0]
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert campaign is not None, "the campaign never got going"
+        os.kill(cluster.worker_raylet(), signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    trials, _ = recorded(sqlite_url, campaign)
+    assert sorted(t.number for t in trials) == list(range(16))  # every trial once
+    assert Counter(t.status for t in trials) == {"SUCCEEDED": 16}, [(t.number, t.status, t.reason) for t in trials]
+
+
+@pytest.mark.device
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("fio") or not shutil.which("losetup"),
+                    reason="the device runner needs root, fio and losetup")
+def test_a_device_campaign_uses_two_loop_slots_at_once_and_leaks_none(cluster, sqlite_url, tmp_path):
+    """Each node advertises one loop slot: two measurements at once, each on a loop device of its own
+    worker; --parallel beyond the slots is capped and said; nothing is left attached."""
+    loops = tmp_path / "loops"
+    env = {"RAY_ADDRESS": cluster.address, **cluster.auth}
+    out = run_cli("tune", "--runner", "device", "--loop-dir", str(loops), "--loop-size-mib", "320", "--fileset-mib",
+                  "16", "--runtime", "1", "--workload", "varmail", "--fix", "fs=ext4", "--budget", "4", "--parallel",
+                  "3", "--seed", "1", "--json", db=sqlite_url, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "--parallel 3 capped to 2: the Ray cluster advertises 2 loop_slot" in out.stderr
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["executor"]["workers"] == 2 and summary["executor"]["nodes"] == 2
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert sorted(t.number for t in trials) == list(range(4))
+    assert Counter(t.status for t in trials)["SUCCEEDED"] >= 3, [(t.status, t.reason) for t in trials]
+    devices = {m.env.get("device") for m in measurements}
+    assert len(devices) == 2, devices  # one loop device per worker, two workers at once
+    attached = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    assert str(loops) not in attached  # every worker detached its own
+    assert not list(loops.glob("*.img")) if loops.exists() else True
+
+
+def test_a_resource_no_node_advertises_is_one_line(cluster, sqlite_url, tmp_path):
+    env = {"RAY_ADDRESS": cluster.address, **cluster.auth}
+    out = run_cli("tune", "--runner", "device", "--device", "/dev/nvme9n9", "--allow-device", "/dev/nvme9n9",
+                  "--budget", "2", db=sqlite_url, env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "no node of the Ray cluster advertises 'device:/dev/nvme9n9'" in out.stderr
