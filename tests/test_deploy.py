@@ -115,6 +115,19 @@ def test_compose_has_the_api_and_postgres(config):
     assert "8000:8000" in ports
 
 
+def test_a_ray_head_and_scalable_workers_from_the_same_image(config):
+    head, worker = config["services"]["ray-head"], config["services"]["ray-worker"]
+    image = config["services"]["api"]["image"]
+    assert head["image"] == worker["image"] == image  # the workers import the same StoreTune as the driver
+    assert head["entrypoint"] == worker["entrypoint"] == ["ray"]
+    assert head["command"][:2] == ["start", "--head"] and "--port=6379" in head["command"]
+    assert "--address=ray-head:6379" in worker["command"] and "--block" in worker["command"]
+    assert head.get("hostname") == "ray-head" and "container_name" not in worker  # a fixed name cannot scale
+    resources = next(w for w in worker["command"] if w.startswith("--resources="))
+    assert json.loads(resources.split("=", 1)[1]) == {"loop_slot": 0}
+    assert "ray-head" in (worker.get("depends_on") or {})
+
+
 def test_the_api_waits_for_a_healthy_postgres(config):
     depends = config["services"]["api"].get("depends_on")
     assert isinstance(depends, dict), f"depends_on must carry a condition, not be a bare list: {depends!r}"
