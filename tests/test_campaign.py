@@ -168,6 +168,34 @@ def test_a_batch_is_measured_in_parallel_worker_processes(sqlite_url, bdbc):
             assert local.run(Config(t.config), local.workload, seed=seed).metrics == m.metrics
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["random", "ga"])
+def test_a_parallel_campaign_keeps_its_trials_in_flight_unless_the_algorithm_needs_whole_batches(
+        sqlite_url, tmp_path, algorithm):
+    """Evaluations of 0, 1 or 2 s (by seed) on two workers: random search is asked for the next
+    configuration as each one finishes, so a trial starts while one started earlier still runs; a GA
+    breeds from whole generations, so its batches never overlap."""
+    from tuner.executor import ProcessExecutor
+
+    bench = tmp_path / "bench.sh"
+    bench.write_text("#!/bin/sh\nsleep $(( STORETUNE_SEED % 3 ))\necho '{\"ops\": 1}'\n")
+    bench.chmod(0o755)
+    history = History(sqlite_url)
+    spec = CampaignSpec(runner="command", runner_settings={"command": str(bench), "space": "storage_v1"},
+                        algorithm=algorithm, budget=10, batch_size=2, seed=4, metric="ops", direction="max",
+                        algorithm_params={"population_size": 4} if algorithm == "ga" else {})
+    campaign = Campaign.create(history, spec, executor=ProcessExecutor(2))
+    assert campaign.run().trials_by_status == {"SUCCEEDED": 10}
+    trials = history.trials(campaign.id)
+    overlapping = [(a.number, b.number) for a in trials for b in trials
+                   if a.started_at < b.started_at and (b.started_at - a.started_at).total_seconds() > 0.3
+                   and b.started_at < a.finished_at]
+    if algorithm == "random":
+        assert overlapping, [(t.number, t.started_at, t.finished_at) for t in trials]
+    else:
+        assert not overlapping
+
+
 def test_a_device_runner_refuses_parallel_workers(sqlite_url):
     from tuner.executor import ProcessExecutor
 

@@ -50,6 +50,9 @@ class Tuner(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
+    # asked for a batch only when the last one is told (a GA breeds a generation from all of its
+    # fitnesses); otherwise a parallel campaign asks for one configuration as each result arrives
+    whole_batches: ClassVar[bool] = False
 
     def __init__(
         self,

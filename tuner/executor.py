@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -59,7 +60,25 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
     return out
 
 
+class Stream(Protocol):
+    """Jobs in flight on an executor: the campaign loop submits one as another finishes."""
+
+    pending: int  # submitted, not yet handed back by next()
+
+    def submit(self, job: Job) -> None: ...
+
+    def next(self) -> tuple[Job, list[Measurement]]:
+        """The next job to finish, with its measurements (recorded before it is handed back)."""
+        ...
+
+
 class Executor(Protocol):
+    asynchronous: bool  # measures jobs side by side: the loop keeps them in flight, not in batches
+
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
+        """Where the loop submits jobs and takes them back as they finish."""
+        ...
+
     def run(
         self, runner: Runner, workload: Workload, jobs: Sequence[Job], record: Recorder | None = None
     ) -> Iterator[tuple[Job, list[Measurement]]]:
@@ -76,16 +95,19 @@ class LocalExecutor:
 
     kind = "local"
     workers = 1
+    asynchronous = False  # one job at a time, here: the loop asks for whole batches
 
     def describe(self) -> dict[str, Any]:
         """What ran the campaign, for its summary."""
         return {"kind": self.kind, "nodes": 1, "workers": self.workers}
 
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
+        return _LocalStream(runner, workload, record)
+
     def run(
         self, runner: Runner, workload: Workload, jobs: Sequence[Job], record: Recorder | None = None
     ) -> Iterator[tuple[Job, list[Measurement]]]:
-        for job in jobs:
-            yield job, measure(runner, workload, job, record)
+        return run_jobs(self.stream(runner, workload, record), jobs, self.workers)
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         return map(fn, items)
@@ -158,16 +180,72 @@ class ProcessExecutor(LocalExecutor):
                 if nxt is not None:
                     pending.add(pool.submit(fn, nxt))
 
-    def run(
-        self, runner: Runner, workload: Workload, jobs: Sequence[Job], record: Recorder | None = None
-    ) -> Iterator[tuple[Job, list[Measurement]]]:
-        """Measure the jobs in the workers; measurements are recorded here, by the only writer."""
-        tasks = [(runner.name, runner.settings(), workload, job) for job in jobs]
-        for job, measurements in self.map_unordered(_measure_in_worker, tasks):
-            if record is not None:
-                for repeat, m in enumerate(measurements):
-                    record(job, repeat, m)
-            yield job, measurements
+    asynchronous = True
+
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
+        """Jobs measured in the workers; measurements are recorded here, by the only writer."""
+        return _PoolStream(self._start(), runner.name, runner.settings(), workload, record)
+
+
+def run_jobs(stream: Stream, jobs: Sequence[Job], in_flight: int) -> Iterator[tuple[Job, list[Measurement]]]:
+    """Every job through a stream, ``in_flight`` at a time, yielded as each finishes."""
+    queue = iter(jobs)
+    for job in queue:
+        stream.submit(job)
+        if stream.pending >= in_flight:
+            break
+    while stream.pending:
+        yield stream.next()
+        nxt = next(queue, None)
+        if nxt is not None:
+            stream.submit(nxt)
+
+
+def record_all(record: Recorder | None, job: Job, measurements: list[Measurement]) -> None:
+    if record is not None:
+        for repeat, m in enumerate(measurements):
+            record(job, repeat, m)
+
+
+class _LocalStream:
+    """Measured here when taken back: one at a time, each measurement recorded as soon as it exists."""
+
+    def __init__(self, runner: Runner, workload: Workload, record: Recorder | None):
+        self.runner, self.workload, self.record = runner, workload, record
+        self._jobs: deque[Job] = deque()
+
+    @property
+    def pending(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, job: Job) -> None:
+        self._jobs.append(job)
+
+    def next(self) -> tuple[Job, list[Measurement]]:
+        job = self._jobs.popleft()
+        return job, measure(self.runner, self.workload, job, self.record)
+
+
+class _PoolStream:
+    def __init__(self, pool: ProcessPoolExecutor, name: str, settings: dict, workload: Workload,
+                 record: Recorder | None):
+        self.pool, self.name, self.settings, self.workload, self.record = pool, name, settings, workload, record
+        self._futures: set[Future[Any]] = set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._futures)
+
+    def submit(self, job: Job) -> None:
+        self._futures.add(self.pool.submit(_measure_in_worker, (self.name, self.settings, self.workload, job)))
+
+    def next(self) -> tuple[Job, list[Measurement]]:
+        done, _ = wait(self._futures, return_when=FIRST_COMPLETED)
+        future = next(iter(done))
+        self._futures.discard(future)
+        job, measurements = future.result()
+        record_all(self.record, job, measurements)
+        return job, measurements
 
 
 _WORKER_RUNNERS: dict[str, Runner] = {}

@@ -42,6 +42,7 @@ class Params:
 class GeneticAlgorithm(Tuner):
     name = "ga"
     Params = Params
+    whole_batches = True  # a generation is bred from its members' fitness: none may still be in flight
 
     def __init__(self, space: Any, **kwargs: Any):
         super().__init__(space, **kwargs)

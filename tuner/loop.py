@@ -70,49 +70,68 @@ def run_loop(
 ) -> LoopOutcome:
     """Spend the budget: ``queue`` holds trials to measure before asking for new ones (those
     pending or re-run after a crash), ``evaluated`` the finished trials that already count.
-    ``stop`` is asked before every batch: when it says yes, the loop drains (the trials already
-    measured are recorded; none is started) and returns with ``stopped`` set."""
+
+    An asynchronous executor (worker processes, Ray) keeps ``batch_size`` trials in flight: as each
+    finishes, the algorithm is told and asked for the next one. An algorithm that needs a whole batch
+    (a GA's generation, ``Tuner.whole_batches``) and a local executor are asked for a batch when the
+    previous one has finished. ``stop`` is asked before any trial starts: when it says yes, the loop
+    drains (the trials in flight are recorded; none is started) and returns with ``stopped`` set."""
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated)
     queue = list(queue)
-
-    def record(job: Job, repeat: int, m: Measurement) -> None:
-        store.add_measurement(job.trial_id, repeat, m)
-
-    while outcome.evaluated < budget:
-        if stop is not None and stop():
-            outcome.stopped = True
-            outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
-            break
-        ask_share = 0.0
-        if not queue:
-            started = time.perf_counter()
-            configs = tuner.ask(min(batch_size, budget - outcome.evaluated))
-            ask_share = (time.perf_counter() - started) / max(len(configs), 1)
-            if not configs:
-                outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
+    stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
+        job.trial_id, repeat, m))
+    batches = not getattr(executor, "asynchronous", False) or getattr(tuner, "whole_batches", False)
+    in_flight: dict[int, TrialView] = {}
+    ask_share: dict[int, float] = {}
+    exhausted = False
+    while True:
+        starting: list[TrialView] = []
+        while (not (outcome.stopped or exhausted) and len(in_flight) + len(starting) < batch_size
+               and outcome.evaluated + len(in_flight) + len(starting) < budget
+               and not (batches and in_flight)):
+            if not starting and stop is not None and stop():
+                outcome.stopped = True
                 break
-            queue = store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs])
-        batch, queue = queue[:batch_size], queue[batch_size:]
-        store.start_trials([t.id for t in batch])
-        jobs = [Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats)) for t in batch]
-        numbers = {t.id: t.number for t in batch}
-        if on_start is not None:
-            for t in batch:
-                on_start(t.number, Config(t.config))
-        for job, measurements in executor.run(runner, runner.workload, jobs, record):
-            status, value, reason = objective.outcome(measurements)
-            store.finish_trial(job.trial_id, status, value, reason)
-            started = time.perf_counter()
-            tuner.tell(job.config, value, status)
-            outcome.overhead_s.append(ask_share + time.perf_counter() - started)
-            outcome.evaluated += 1
-            if on_trial is not None:
-                best = tuner.best
-                best_value = None if best is None else to_loss(best.loss, objective.direction)
-                duration = sum(m.duration_s for m in measurements)
-                on_trial(TrialResult(numbers[job.trial_id], job.config, status, value, reason, duration,
-                                     outcome.evaluated, budget, best_value))
+            if not queue:
+                room = min(batch_size - len(in_flight) - len(starting),
+                           budget - outcome.evaluated - len(in_flight) - len(starting))
+                started = time.perf_counter()
+                configs = tuner.ask(room)
+                if not configs:
+                    exhausted = True
+                    break
+                queue = list(store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs]))
+                share = (time.perf_counter() - started) / len(configs)
+                ask_share.update({t.id: share for t in queue})
+            starting.append(queue.pop(0))
+        if starting:
+            store.start_trials([t.id for t in starting])
+            for t in starting:
+                if on_start is not None:
+                    on_start(t.number, Config(t.config))
+                stream.submit(Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats)))
+                in_flight[t.id] = t
+        if not in_flight:
+            break
+        job, measurements = stream.next()
+        trial = in_flight.pop(job.trial_id)
+        status, value, reason = objective.outcome(measurements)
+        store.finish_trial(job.trial_id, status, value, reason)
+        started = time.perf_counter()
+        tuner.tell(job.config, value, status)
+        outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
+        outcome.evaluated += 1
+        if on_trial is not None:
+            best = tuner.best
+            best_value = None if best is None else to_loss(best.loss, objective.direction)
+            duration = sum(m.duration_s for m in measurements)
+            on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
+                                 budget, best_value))
+    if outcome.stopped:
+        outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
+    elif exhausted:
+        outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
     return outcome
 
 

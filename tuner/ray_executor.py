@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runners import Measurement, Runner, Status, Workload
-from tuner.executor import Job, Recorder, measure
+from tuner.executor import Job, Recorder, measure, record_all, run_jobs
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,6 +44,7 @@ class RayExecutor:
     """
 
     kind = "ray"
+    asynchronous = True
     remote = True  # measures elsewhere: the driver's runner need not set a device up
 
     def __init__(self, workers: int | None = None, *, address: str | None = None, max_retries: int = 2):
@@ -133,34 +134,20 @@ class RayExecutor:
         return max(min(slots), 1)
 
     # --- the executor seam ------------------------------------------------------------------------
-    def run(self, runner: Runner, workload: Workload, jobs: Sequence[Job],
-            record: Recorder | None = None) -> Iterator[tuple[Job, list[Measurement]]]:
-        """Measure the jobs on the cluster; measurements are recorded here, by the only writer."""
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> _RayStream:
+        """Jobs as Ray tasks; measurements are recorded here, by the only writer."""
         ray = self._ray()
         if runner.name not in self._fitted:
             self.fit(runner)
         needed = runner.resources()
         task = ray.remote(_measure_task).options(num_cpus=0 if needed else 1, resources=needed or None,
                                                  max_retries=self.max_retries, retry_exceptions=False)
-        name, settings = runner.name, runner.settings()
-        items = iter(jobs)
-        pending: dict[Any, Job] = {}
-        for job in items:
-            pending[task.remote(name, settings, workload, job)] = job
-            if len(pending) >= self.workers:
-                break
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            ref = done[0]
-            job = pending.pop(ref)
-            measurements = self._result(ray, ref, runner.name)
-            if record is not None:
-                for repeat, m in enumerate(measurements):
-                    record(job, repeat, m)
-            yield job, measurements
-            nxt = next(items, None)
-            if nxt is not None:
-                pending[task.remote(name, settings, workload, nxt)] = nxt
+        return _RayStream(self, ray, task, runner, workload, record)
+
+    def run(self, runner: Runner, workload: Workload, jobs: Sequence[Job],
+            record: Recorder | None = None) -> Iterator[tuple[Job, list[Measurement]]]:
+        """Measure the jobs on the cluster, ``workers`` in flight, as each finishes."""
+        return run_jobs(self.stream(runner, workload, record), jobs, self.workers)
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """``fn`` on every item as Ray tasks (a comparison's seeds), ``workers`` in flight."""
@@ -191,6 +178,28 @@ class RayExecutor:
                                        env={"runner": runner_name, "executor": "ray"})]
         self.nodes_used.add(node)
         return measurements
+
+
+class _RayStream:
+    def __init__(self, executor: RayExecutor, ray: Any, task: Any, runner: Runner, workload: Workload,
+                 record: Recorder | None):
+        self.executor, self.ray, self.task, self.workload, self.record = executor, ray, task, workload, record
+        self.name, self.settings = runner.name, runner.settings()
+        self._refs: dict[Any, Job] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self._refs)
+
+    def submit(self, job: Job) -> None:
+        self._refs[self.task.remote(self.name, self.settings, self.workload, job)] = job
+
+    def next(self) -> tuple[Job, list[Measurement]]:
+        (ref,), _ = self.ray.wait(list(self._refs), num_returns=1)
+        job = self._refs.pop(ref)
+        measurements = self.executor._result(self.ray, ref, self.name)
+        record_all(self.record, job, measurements)
+        return job, measurements
 
 
 # --- in the workers ---------------------------------------------------------------------------------
