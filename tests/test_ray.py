@@ -225,3 +225,32 @@ def test_a_resource_no_node_advertises_is_one_line(cluster, sqlite_url, tmp_path
                   "--budget", "2", db=sqlite_url, env=env)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "no node of the Ray cluster advertises 'device:/dev/nvme9n9'" in out.stderr
+
+
+def test_a_worker_killed_mid_evaluation_is_retried_then_the_trial_is_failed_with_the_reason(sqlite_url, tmp_path):
+    """The benchmark kills the Ray worker that runs it (its parent) when asked to measure ext2: Ray
+    retries the task --max-retries times, then the trial is FAILED with Ray's reason; the rest succeed."""
+    bench = tmp_path / "bench.sh"
+    bench.write_text('#!/bin/sh\n[ "$STORETUNE_FS" = ext2 ] && kill -9 $PPID && sleep 5\necho \'{"ops": 1}\'\n')
+    bench.chmod(0o755)
+    out = run_cli("tune", "--runner", "command", "--command", str(bench), "--space", "storage_v1", "--metric", "ops",
+                  "--direction", "max", "--fix", "fs=ext2", "--budget", "2", "--parallel", "2", "--executor", "ray",
+                  "--max-retries", "1", "--json", db=sqlite_url, env={"RAY_ADDRESS": ""}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    trials, _ = recorded(sqlite_url, json.loads(out.stdout.splitlines()[-1])["campaign"])
+    assert [t.status for t in trials] == ["FAILED", "FAILED"]
+    assert all(t.reason.startswith("the Ray task failed 2 times: ") for t in trials), [t.reason for t in trials]
+
+
+def test_an_offline_comparison_on_ray_gives_the_same_results_as_the_process_pool(sqlite_url, bdbc):
+    args = ("compare", "--dataset", str(bdbc), "--algorithms", "random,sa", "--seeds", "3", "--budget", "20",
+            "--workers", "2", "--json")
+    pool = json.loads(run_cli(*args, db=sqlite_url, check=True, env={"RAY_ADDRESS": ""}).stdout.splitlines()[-1])
+    ray = json.loads(run_cli(*args, "--executor", "ray", db=sqlite_url, check=True,
+                             env={"RAY_ADDRESS": ""}).stdout.splitlines()[-1])
+    assert pool.pop("executor")["kind"] == "local" and ray.pop("executor")["kind"] == "ray"
+    assert pool.pop("comparison") != ray.pop("comparison")
+    for result in (pool, ray):  # the algorithms' own time is measured, not decided by the seeds
+        for algorithm in result["algorithms"].values():
+            algorithm.pop("ask_tell_ms"), algorithm.pop("ask_tell_ms_at_budget")
+    assert pool == ray  # the seeds decide everything else, not where they ran: and no seed is lost

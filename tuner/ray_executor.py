@@ -14,6 +14,7 @@ Ray's reason. Ray is imported here only.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
@@ -154,7 +155,7 @@ class RayExecutor:
         ray = self._ray()
         task = ray.remote(_call).options(num_cpus=1, max_retries=self.max_retries)
         queue = iter(items)
-        pending = [task.remote(fn, item) for item, _ in zip(queue, range(2 * self.workers))]
+        pending = [task.remote(fn, item) for item in itertools.islice(queue, 2 * self.workers)]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             result, node = ray.get(done[0])
