@@ -254,3 +254,37 @@ def test_an_offline_comparison_on_ray_gives_the_same_results_as_the_process_pool
         for algorithm in result["algorithms"].values():
             algorithm.pop("ask_tell_ms"), algorithm.pop("ask_tell_ms_at_budget")
     assert pool == ray  # the seeds decide everything else, not where they ran: and no seed is lost
+
+
+def test_a_driver_killed_mid_campaign_resumes_on_ray(sqlite_url, tmp_path):
+    """SIGKILL the driver of a campaign on an embedded Ray; --resume finishes it: every trial once, the
+    one it left RUNNING re-run. The embedded cluster lives in a temp dir of its own (RAY_TMPDIR), so
+    what Ray leaves behind a killed driver (its agents) is found and stopped here."""
+    bench = slow_benchmark(tmp_path, 0.5)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="st-ray-", dir="/tmp"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_DATABASE_URL": sqlite_url, "RAY_ADDRESS": "",
+           "RAY_TMPDIR": str(ray_tmp)}
+    args = ["--runner", "command", "--command", str(bench), "--space", "storage_v1", "--metric", "ops",
+            "--direction", "max", "--budget", "30", "--parallel", "2", "--executor", "ray", "--json"]
+    leftovers = Cluster(ray_tmp)
+    try:
+        proc = subprocess.Popen([*STORETUNE, "tune", *args], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        history, deadline = History(sqlite_url), time.monotonic() + 120
+        while not (history.campaigns() and history.status_counts(history.campaigns()[0].id).get("SUCCEEDED", 0) >= 4):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        proc.kill()
+        proc.wait()
+        campaign = history.campaigns()[0].id
+        out = subprocess.run([*STORETUNE, "tune", "--resume", str(campaign), "--executor", "ray", "--parallel", "2",
+                              "--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+    finally:
+        leftovers.stop()
+    trials = History(sqlite_url).trials(campaign)
+    assert Counter(t.status for t in trials)["SUCCEEDED"] == 30
+    assert len({t.config_hash for t in trials if t.status == "SUCCEEDED"}) == 30  # no configuration measured twice
+    stale = [t for t in trials if t.status == "STALE"]  # left RUNNING by the killed driver, each re-run once
+    assert all(t.status in ("SUCCEEDED", "STALE") for t in trials) and stale
+    assert sorted(t.retry_of for t in trials if t.retry_of is not None) == sorted(t.id for t in stale)

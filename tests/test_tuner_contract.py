@@ -74,6 +74,17 @@ def test_ask_n_gives_n_distinct_new_configurations(algorithm, space):
             tuner.tell(c, toy_loss(c))
 
 
+def test_reserved_configurations_are_never_proposed(algorithm, space):
+    """A resumed campaign re-runs its stale trials from a queue, asked by nobody: while they are in
+    flight, the algorithm must not propose them again (the loop reserves them)."""
+    first = drive(make_tuner(algorithm, space, seed=7, direction="min"), 12)
+    tuner = make_tuner(algorithm, space, seed=7, direction="min")  # the same seed proposes the same first ones
+    reserved = first[:6]
+    tuner.reserve(reserved)
+    asked = drive(tuner, 30)
+    assert not set(asked) & set(reserved)
+
+
 def test_failed_and_invalid_configurations_are_never_proposed_again(algorithm, space):
     tuner = make_tuner(algorithm, space, seed=2, direction="min")
     refused = set()

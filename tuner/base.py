@@ -84,6 +84,11 @@ class Tuner(ABC):
         self._asked.update(configs)
         return configs
 
+    def reserve(self, configs: Sequence[Config]) -> None:
+        """Configurations queued for measurement without being asked (a resumed campaign's re-runs and
+        pending trials): never propose them, though their results are still to be told."""
+        self._asked.update(self.space.validate(c) for c in configs)
+
     def tell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED) -> None:
         """Report a finished evaluation. A SUCCEEDED trial without a finite value counts as FAILED.
         FAILED and INVALID configurations are remembered and never proposed again."""

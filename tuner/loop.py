@@ -79,6 +79,7 @@ def run_loop(
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated)
     queue = list(queue)
+    tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
         job.trial_id, repeat, m))
     batches = not getattr(executor, "asynchronous", False) or getattr(tuner, "whole_batches", False)
