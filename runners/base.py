@@ -79,6 +79,14 @@ def raised(runner: str, error: BaseException) -> Measurement:
     return Measurement.failed(Status.FAILED, f"runner raised {type(error).__name__}: {error}")
 
 
+# Cluster resources a measurement may occupy (Runner.resources): one of a node's loop devices, or a disk.
+LOOP_SLOT = "loop_slot"
+
+
+def device_resource(path: str) -> str:
+    return f"device:{path}"
+
+
 class RunnerBase:
     """What the runners share, written once: ``run`` validates the configuration against the space
     (INVALID with the space's words) and turns an exception of ``measure`` into a FAILED

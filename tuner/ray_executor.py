@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runners import Measurement, Runner, Status, Workload
+from runners.base import LOOP_SLOT, device_resource
 from tuner.executor import Job, Recorder, measure, record_all, run_jobs
 
 T = TypeVar("T")
@@ -79,7 +80,7 @@ class RayExecutor:
         else:
             # one loop slot: this machine's loop devices share its disks, and two at once disturb each other
             ray.init(num_cpus=self.workers, object_store_memory=EMBEDDED_OBJECT_STORE,
-                     resources={"loop_slot": 1}, **options)
+                     resources={LOOP_SLOT: 1}, **options)
         self._started = True
         return ray
 
@@ -127,7 +128,7 @@ class RayExecutor:
         for name, amount in needed.items():
             have = totals.get(name, 0.0)
             if have < amount:
-                advertised = sorted(k for k in totals if k == "loop_slot" or k.startswith("device:"))
+                advertised = sorted(k for k in totals if k == LOOP_SLOT or k.startswith(device_resource("")))
                 raise ExecutorError(
                     f"no node of the Ray cluster advertises {name!r} (it has {', '.join(advertised) or 'none'}): "
                     f"start a node with ray start --resources='{{\"{name}\": 1}}'")

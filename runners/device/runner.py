@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runners.base import Direction, Measurement, RunnerBase, Status, Workload
+from runners.base import LOOP_SLOT, Direction, Measurement, RunnerBase, Status, Workload, device_resource
 from runners.device.engines import EngineOutputError, engine_env, engine_version, run_filebench, run_fio
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, personality
@@ -45,9 +45,6 @@ from search_spaces import Config, load_space
 logger = logging.getLogger(__name__)
 SETUP_TIMEOUT_S = 300  # mkfs, mount and fio's file layout on a slow disk
 ASLR = Path("/proc/sys/kernel/randomize_va_space")
-
-
-LOOP_SLOT = "loop_slot"  # the cluster resource a node advertises per loop device it may hold at once
 
 
 class DeviceRunner(RunnerBase):
@@ -100,7 +97,7 @@ class DeviceRunner(RunnerBase):
     def resources(self) -> dict[str, float]:
         """A loop device is made on demand: any of a node's loop slots. A disk is itself the resource:
         one measurement at a time, on the node that has it."""
-        return {LOOP_SLOT: 1.0} if self.device_arg == "loop" else {f"device:{self.device_arg}": 1.0}
+        return {LOOP_SLOT: 1.0} if self.device_arg == "loop" else {device_resource(self.device_arg): 1.0}
 
     # --- one measurement --------------------------------------------------------------------------
     def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
