@@ -139,12 +139,15 @@ def tune(
     try:
         if spec is None:
             campaign = Campaign.resume(history, resume, executor)
-        else:
-            campaign = Campaign.create(history, spec, executor=executor)
+            runner = campaign.runner
+        else:  # the cluster is joined and checked before the campaign is recorded: a refusal leaves nothing
+            runner, _ = Campaign.prepare(spec, executor=executor)
         if getattr(executor, "kind", "local") == "ray":
-            note = executor.fit(campaign.runner)  # type: ignore[attr-defined]
+            note = executor.fit(runner)  # type: ignore[attr-defined]
             if note:
                 err.print(note)
+        if spec is not None:
+            campaign = Campaign.create(history, spec, runner=runner, executor=executor)
         record = campaign.record
         done = campaign.summary().evaluated
         title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"

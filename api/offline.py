@@ -57,8 +57,9 @@ def compare(
         seeds=seeds, budget=budget, within=within, repeats=repeats, metric=metric,
         direction=direction, first_seed=first_seed,
     )
-    comparison = Comparison.create(history, spec)
     executor = executor_for(executor_kind, workers or None, max_retries)
+    executor.start()  # join the cluster before the comparison is recorded: a refusal leaves nothing behind
+    comparison = Comparison.create(history, spec)
     title = f"comparison {comparison.id} on {comparison.runner.table.name}"
     with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
         results = comparison.run(executor, on_seed=progress.update)

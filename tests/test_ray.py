@@ -77,24 +77,33 @@ def test_bad_ray_input_is_one_line_and_no_hang(sqlite_url, bdbc):
     assert out.returncode == 2 and "unknown executor 'spark'" in out.stderr
     out = run_cli("compare", "--dataset", str(bdbc), "--workers", "-1", db=sqlite_url)
     assert out.returncode == 2 and "--workers must be" in out.stderr
+    out = run_cli("compare", "--dataset", str(bdbc), "--seeds", "1", "--budget", "5", db=sqlite_url,
+                  env={"RAY_ADDRESS": f"127.0.0.1:{free_port()}"})
+    assert out.returncode == 2 and "unreachable" in out.stderr
+    out = run_cli("compare", "--dataset", str(bdbc), "--seeds", "1", "--budget", "5", "--executor", "spark",
+                  db=sqlite_url)
+    assert out.returncode == 2 and "unknown executor 'spark'" in out.stderr
+    history = History(sqlite_url)  # a refusal leaves nothing behind, no campaign or comparison 'running'
+    assert history.campaigns() == [] and history.comparisons() == []
 
 
 class Cluster:
     """A head and a worker node as separate `ray start` processes on 127.0.0.1, in a temp dir of their own."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, auth: dict[str, str] | None = None):
         self.tmp, self.port, self.worker_port = tmp, free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
         # Ray >= 2.59 turns token auth on for a head when ~/.ray/auth_token exists (an embedded ray.init writes
         # it), and then a node or a driver without the token cannot join: every process here says the same
-        self.auth = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        self.auth = {"RAY_USAGE_STATS_ENABLED": "0", **(auth or {"RAY_AUTH_MODE": "disabled"})}
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), **self.auth}
 
-    def start(self) -> None:
+    def start(self, worker: bool = True) -> None:
         self._ray("start", "--head", f"--port={self.port}", "--num-cpus=1", f"--temp-dir={self.tmp}",
                   "--include-dashboard=false", "--disable-usage-stats", "--resources={\"loop_slot\": 1}")
-        self._ray("start", f"--address={self.address}", "--num-cpus=1", f"--node-manager-port={self.worker_port}",
-                  "--resources={\"loop_slot\": 1}")
+        if worker:
+            self._ray("start", f"--address={self.address}", "--num-cpus=1",
+                      f"--node-manager-port={self.worker_port}", "--resources={\"loop_slot\": 1}")
 
     def _ray(self, *args: str) -> None:
         proc = subprocess.run([RAY, *args], env=self.env, capture_output=True, text=True, timeout=180)
@@ -288,3 +297,20 @@ def test_a_driver_killed_mid_campaign_resumes_on_ray(sqlite_url, tmp_path):
     stale = [t for t in trials if t.status == "STALE"]  # left RUNNING by the killed driver, each re-run once
     assert all(t.status in ("SUCCEEDED", "STALE") for t in trials) and stale
     assert sorted(t.retry_of for t in trials if t.retry_of is not None) == sorted(t.id for t in stale)
+
+
+def test_a_head_that_asks_for_a_token_is_refused_with_what_to_set(sqlite_url, bdbc):
+    """Ray 2.59+: a head with token auth refuses a driver that has not opted in; StoreTune says what to
+    set, and records nothing."""
+    tmp = Path(tempfile.mkdtemp(prefix="st-ray-", dir="/tmp"))
+    (tmp / "token").write_text("0123456789abcdef" * 4)
+    head = Cluster(tmp, auth={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(tmp / "token")})
+    try:
+        head.start(worker=False)
+        out = run_cli("tune", "--dataset", str(bdbc), "--budget", "3", db=sqlite_url,
+                      env={"RAY_ADDRESS": head.address, "RAY_AUTH_MODE": "disabled"}, timeout=180)
+    finally:
+        head.stop()
+    assert out.returncode == 2
+    assert f"could not join the Ray cluster at {head.address}" in out.stderr and "RAY_AUTH_MODE=token" in out.stderr
+    assert History(sqlite_url).campaigns() == []

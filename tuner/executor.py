@@ -101,6 +101,9 @@ class LocalExecutor:
         """What ran the campaign, for its summary."""
         return {"kind": self.kind, "nodes": 1, "workers": self.workers}
 
+    def start(self) -> None:
+        """Get ready (a cluster executor joins its cluster here); nothing to do locally."""
+
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
         return _LocalStream(runner, workload, record)
 

@@ -74,7 +74,14 @@ class RayExecutor:
                                        configure_logging=False)
         if self.address:
             _reachable(self.address)
-            ray.init(address=self.address, **options)
+            try:
+                ray.init(address=self.address, **options)
+            except (ConnectionError, RuntimeError) as e:
+                first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+                raise ExecutorError(
+                    f"could not join the Ray cluster at {self.address} ({first.strip()}). If its head uses token "
+                    "authentication (Ray 2.59+ turns it on when ~/.ray/auth_token exists), set RAY_AUTH_MODE=token "
+                    "here, with the head's token in ~/.ray/auth_token or RAY_AUTH_TOKEN") from None
             if self._asked is None:
                 self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         else:
@@ -83,6 +90,10 @@ class RayExecutor:
                      resources={LOOP_SLOT: 1}, **options)
         self._started = True
         return ray
+
+    def start(self) -> None:
+        """Join the cluster (or start the embedded one) now: its errors before anything is recorded."""
+        self._ray()
 
     def fit(self, runner: Runner) -> str | None:
         """Check the cluster has what the runner's measurements need, and cap the tasks in flight to
