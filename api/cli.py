@@ -142,10 +142,9 @@ def tune(
             runner = campaign.runner
         else:  # the cluster is joined and checked before the campaign is recorded: a refusal leaves nothing
             runner, _ = Campaign.prepare(spec, executor=executor)
-        if getattr(executor, "kind", "local") == "ray":
-            note = executor.fit(runner)  # type: ignore[attr-defined]
-            if note:
-                err.print(note)
+        note = executor.fit(runner)
+        if note:
+            err.print(note)
         if spec is not None:
             campaign = Campaign.create(history, spec, runner=runner, executor=executor)
         record = campaign.record

@@ -64,22 +64,19 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     curve, log, instant = data["convergence"], data["log_scale"], data["instant"]
     binned = f" (binned by {instant['bin']} evaluations)" if instant["bin"] > 1 else ""
     figures: dict[str, dict[str, Any]] = {}
-    steps_x, steps_y = _steps(curve["evaluation"], curve["best"])
-    fig = go.Figure([
-        *_instant_traces(instant, "evaluation"),
-        go.Scatter(x=steps_x, y=steps_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
-    ], layout=_layout(f"Convergence by evaluation{binned}", "evaluation (finished trials)",
-                      f"{metric} ({better} is better)", log))
-    figures["convergence"] = _figure(fig, "Where the line flattens, more evaluations stopped paying; the dots (or the "
-                                          "band) are what each evaluation cost production while tuning.")
-    time_x, time_y = _steps(curve["elapsed_s"], curve["best"])
-    fig = go.Figure([
-        *_instant_traces(instant, "elapsed_s"),
-        go.Scatter(x=time_x, y=time_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
-    ], layout=_layout(f"Convergence by wall time{binned}", "seconds since the first trial started",
-                      f"{metric} ({better} is better)", log))
-    figures["convergence_time"] = _figure(fig, "The same search against the clock: benchmarks, not the algorithm, "
-                                               "set the pace (a stopped and resumed campaign includes the pause).")
+    for name, axis, title, label, caption in (
+            ("convergence", "evaluation", "Convergence by evaluation", "evaluation (finished trials)",
+             "Where the line flattens, more evaluations stopped paying; the dots (or the band) are what each "
+             "evaluation cost production while tuning."),
+            ("convergence_time", "elapsed_s", "Convergence by wall time", "seconds since the first trial started",
+             "The same search against the clock: benchmarks, not the algorithm, set the pace (a stopped and "
+             "resumed campaign includes the pause).")):
+        steps_x, steps_y = _steps(curve[axis], curve["best"])
+        fig = go.Figure([
+            *_instant_traces(instant, axis),
+            go.Scatter(x=steps_x, y=steps_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
+        ], layout=_layout(f"{title}{binned}", label, f"{metric} ({better} is better)", log))
+        figures[name] = _figure(fig, caption)
     counts = data["statuses"]["counts"]
     fig = go.Figure([go.Bar(x=list(counts), y=list(counts.values()), text=list(counts.values()))],
                     layout=_layout("Trial statuses", "status", "trials"))

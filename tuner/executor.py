@@ -73,7 +73,21 @@ class Stream(Protocol):
 
 
 class Executor(Protocol):
+    kind: str  # local or ray
+    workers: int  # jobs it runs at once
     asynchronous: bool  # measures jobs side by side: the loop keeps them in flight, not in batches
+
+    def start(self) -> None:
+        """Get ready: a cluster executor joins its cluster, so its errors come before anything is recorded."""
+        ...
+
+    def fit(self, runner: Runner) -> str | None:
+        """Check the runner's measurements can run here; cap the jobs at once to what there is (a note)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What ran the campaign, for its summary."""
+        ...
 
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
         """Where the loop submits jobs and takes them back as they finish."""
@@ -103,6 +117,12 @@ class LocalExecutor:
 
     def start(self) -> None:
         """Get ready (a cluster executor joins its cluster here); nothing to do locally."""
+
+    def fit(self, runner: Runner) -> str | None:
+        """Check this executor can run the runner's measurements, and cap what it runs at once to what
+        it has; returns a note when it caps. Locally nothing to check (an exclusive runner is refused
+        by the campaign)."""
+        return None
 
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
         return _LocalStream(runner, workload, record)
@@ -254,14 +274,26 @@ class _PoolStream:
 _WORKER_RUNNERS: dict[str, Runner] = {}
 
 
-def _measure_in_worker(task: tuple[str, dict, Workload, Job]) -> tuple[Job, list[Measurement]]:
+def worker_measure(name: str, settings: dict, workload: Workload, job: Job) -> list[Measurement]:
+    """A job in a worker process (the pool's or Ray's): its runner is built once per worker from the
+    declared settings and kept, except one that holds a disk, which is closed after each job (idle
+    workers live on, and would keep a loop device attached)."""
     from runners import make_runner
 
-    name, settings, workload, job = task
     key = f"{name}:{sorted(settings.items())!r}"
     if key not in _WORKER_RUNNERS:
         _WORKER_RUNNERS[key] = make_runner(name, settings)
-    return job, measure(_WORKER_RUNNERS[key], workload, job)
+    runner = _WORKER_RUNNERS[key]
+    try:
+        return measure(runner, workload, job)
+    finally:
+        if runner.resources():
+            _WORKER_RUNNERS.pop(key).close()
+
+
+def _measure_in_worker(task: tuple[str, dict, Workload, Job]) -> tuple[Job, list[Measurement]]:
+    name, settings, workload, job = task
+    return job, worker_measure(name, settings, workload, job)
 
 
 EXECUTORS = ("local", "ray")

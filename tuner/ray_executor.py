@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from runners import Measurement, Runner, Status, Workload
 from runners.base import LOOP_SLOT, device_resource
-from tuner.executor import Job, Recorder, measure, record_all, run_jobs
+from tuner.executor import Job, Recorder, record_all, run_jobs, worker_measure
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -216,9 +216,6 @@ class _RayStream:
 
 
 # --- in the workers ---------------------------------------------------------------------------------
-_RUNNERS: dict[str, Runner] = {}
-
-
 def _node() -> str:
     import ray
 
@@ -226,19 +223,9 @@ def _node() -> str:
 
 
 def _measure_task(name: str, settings: dict, workload: Workload, job: Job) -> tuple[list[Measurement], str]:
-    """One job in a Ray worker: its runner is built once per worker from the declared settings."""
-    from runners import make_runner
-
-    key = f"{name}:{sorted(settings.items())!r}"
-    if key not in _RUNNERS:
-        _RUNNERS[key] = make_runner(name, settings)
-    runner, node = _RUNNERS[key], _node()
-    try:
-        out = [_with_node(m, node) for m in measure(runner, workload, job)]
-    finally:
-        if runner.resources():  # a disk is held per task, not per worker: Ray keeps idle workers alive
-            _RUNNERS.pop(key).close()
-    return out, node
+    """One job in a Ray worker, as in a pool worker; its measurements name the node."""
+    node = _node()
+    return [_with_node(m, node) for m in worker_measure(name, settings, workload, job)], node
 
 
 def _with_node(m: Measurement, node: str) -> Measurement:

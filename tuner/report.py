@@ -36,7 +36,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     finished = [t for t in trials if Status(t.status).terminal]
     scored = [t for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
     best = history.best_trial(campaign_id, direction)
-    curve = convergence(history.outcomes(campaign_id), direction)
+    curve = convergence([(t.number, t.status, t.value, t.started_at, t.finished_at) for t in trials], direction)
     values = [t.value for t in scored]
     out: dict[str, Any] = {
         "kind": "campaign", "id": record.id, "state": record.state, "note": record.note,
