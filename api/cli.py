@@ -6,6 +6,7 @@ import csv
 import inspect
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -38,6 +39,7 @@ from api.common import (
 )
 from api.progress import CampaignProgress
 from runners import RUNNERS, Status, make_runner
+from runners.tables import TableWarning
 from search_spaces import Config, format_config, list_spaces, load_space
 from tuner import ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, best_trial
 from tuner.analysis import table_rank
@@ -56,6 +58,15 @@ app.add_typer(admission.app, name="admission")
 
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 2."""
+    shown = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, TableWarning):  # ours are one line, as errors are
+            err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        else:
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
     try:
         app()
     except (UserError, ValueError, LookupError, OSError) as e:

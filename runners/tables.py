@@ -15,8 +15,12 @@ context value (``workload_id=4``), or dropped when it holds one value.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
+import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +37,16 @@ CONTEXT_COLUMNS = ("workload_id", "machine_id", "disk_type", "workload", "device
 # Codes of the ATC'18 files, spelled out (their README.txt).
 ATC18_LABELS = {"io_scheduler": {0: "cfq", 1: "deadline", 2: "noop"}}
 LONG_EXTRA = ("status", "reason")
+_NON_FINITE = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # no text file holds these
 
 
 class DatasetError(ValueError):
     """A table that cannot be read or sliced as asked; the message says which file and line."""
+
+
+class TableWarning(UserWarning):
+    """Something about a table that may be wrong but cannot be told from right (a cut last line)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,9 @@ class Table:
 
     @property
     def workload(self) -> Workload:
+        """Named by the pinned ``workload`` column where the table has one (a sweep's), else by the table."""
         params = {"format": self.format, "sha256": self.sha256, "context": self.context}
-        return Workload(kind="dataset", name=self.name, params=params)
+        return Workload(kind="dataset", name=str(self.context.get("workload", self.name)), params=params)
 
 
 def load_table(
@@ -84,7 +95,8 @@ def load_table(
     for column, labels in (ATC18_LABELS.items() if fmt == "atc18" else ()):
         if column in frame:
             frame[column] = frame[column].map(lambda v, m=labels: m.get(v, v))
-    name = paths[0].parent.name if len(paths) > 1 else paths[0].stem
+    folder = len(paths) > 1 or (isinstance(sources, (str, Path)) and Path(sources).is_dir())
+    name = paths[0].parent.name if folder else paths[0].stem
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:16]
 
     codes = frame.groupby(config_columns, sort=False, dropna=False).ngroup().to_numpy()
@@ -92,7 +104,8 @@ def load_table(
     starts = np.r_[0, np.cumsum(np.bincount(codes))[:-1]]
     distinct = frame.iloc[order[starts]][config_columns].to_dict("records")
     if fmt == "long" and manifest.get("space"):
-        space, to_config = _declared_space(manifest["space"], name, config_columns, distinct, paths[0])
+        where = [_where(frame, int(i)) for i in order[starts]]
+        space, to_config = _declared_space(manifest["space"], name, config_columns, distinct, where)
     else:
         space, to_config = infer_table_space(name, config_columns, distinct)
     values = frame[list(metrics)].to_numpy(dtype=float)[order]
@@ -107,28 +120,28 @@ def load_table(
         else:
             first = frame.iloc[order[group[0]]]
             reason = first.get("reason")
-            outcomes[config] = (Status(first["status"]), None if pd.isna(reason) else str(reason))
+            outcomes[config] = (Status(first["status"]), None if pd.isna(reason) or reason == "" else str(reason))
     return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes)
 
 
 def _declared_space(
-    space_name: str, name: str, columns: list[str], rows: list[dict[str, Any]], path: Path
+    space_name: str, name: str, columns: list[str], rows: list[dict[str, Any]], where: list[str]
 ) -> tuple[TableSpace, Any]:
     """The table's configurations in the space its manifest names (a sweep's own data): the space's
     conditions hold, and an empty cell is a parameter that does not apply."""
     declared = load_space(space_name)
     unknown = [c for c in columns if c not in declared]
     if unknown:
-        raise DatasetError(f"{path}: columns {unknown} are not parameters of {space_name}")
+        raise DatasetError(f"{where[0].split(': line')[0]}: columns {unknown} are not parameters of {space_name}")
 
-    def to_config(row: Mapping[str, Any]) -> Config:
+    def to_config(row: Mapping[str, Any], where: str = "a row") -> Config:
         present = {k: v for k, v in row.items() if not (v is None or (isinstance(v, float) and np.isnan(v)) or v == "")}
         try:
             return declared.validate(present)
         except ValueError as e:
-            raise DatasetError(f"{path}: a configuration outside {space_name}: {e}") from None
+            raise DatasetError(f"{where}: a configuration outside {space_name}: {e}") from None
 
-    members = [to_config(r) for r in rows]
+    members = [to_config(r, w) for r, w in zip(rows, where)]
     return TableSpace(name, declared.parameters, members, f"{space_name}, as measured in {name}"), to_config
 
 
@@ -161,48 +174,102 @@ def _manifest(path: Path) -> dict[str, Any]:
 
 
 def _read(paths: list[Path], metric: str | None) -> tuple[pd.DataFrame, str, dict[str, Any]]:
-    frames = []
-    for path in paths:
-        try:
-            frame = pd.read_csv(path, skipinitialspace=True)
-        except pd.errors.EmptyDataError:
-            raise DatasetError(f"{path}: the file is empty") from None
-        except (pd.errors.ParserError, UnicodeDecodeError) as e:
-            raise DatasetError(f"{path}: malformed CSV: {str(e).strip().splitlines()[-1]}") from None
-        if frames and set(frame.columns) != set(frames[0].columns):
+    """Every file's cells as stripped text, checked for shape; ``frame.attrs["origin"]`` gives each
+    row's (file, line) for the messages of the checks that follow."""
+    frames, origins = [], []
+    header: list[str] = []
+    for index, path in enumerate(paths):
+        columns, rows, lines = _read_rows(path)
+        if frames and set(columns) != set(header):
             raise DatasetError(f"{path}: its columns differ from those of {paths[0]}; tables must share a header")
-        if frames:
-            frame = frame[list(frames[0].columns)]
-        if frame.empty:
-            raise DatasetError(f"{path}: the table has a header but no rows")
-        frames.append(frame)
+        frame = pd.DataFrame(rows, columns=columns, dtype=object)
+        frames.append(frame[header] if frames else frame)
+        header = header or columns
+        origins.append(np.column_stack([np.full(len(lines), index), lines]))
     frame = pd.concat(frames, ignore_index=True)
+    frame.attrs["origin"] = (tuple(paths), np.vstack(origins))
     manifest_path = paths[0].parent / "manifest.json"
     manifest = _manifest(manifest_path) if manifest_path.is_file() else {}
-    columns = list(frame.columns)
-    if "repeat" in columns:
+    if "repeat" in header:
         return frame, "long", manifest
-    if columns[-1].endswith(("-", "+")):
+    if any(c.endswith(("-", "+")) for c in header):
         return frame, "moot", manifest
-    if "throughput" in columns:
+    if "throughput" in header:
         return frame, "atc18", manifest
-    if metric in columns:
+    if metric in header:
         return frame, "wide", manifest
     raise DatasetError(
-        f"{paths[0]}: cannot tell the objective column: name it with --metric (columns: {', '.join(columns)}), "
+        f"{paths[0]}: cannot tell the objective column: name it with --metric (columns: {', '.join(header)}), "
         "end its name with '-' (minimise) or '+' (maximise) as MOOT tables do, or write the long format"
     )
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """The header, the rows and their line numbers, with every row checked for its field count.
+
+    By hand over the csv module because pandas fills a short row with NaN without a word."""
+    data = path.read_bytes()
+    if not data.strip():
+        raise DatasetError(f"{path}: the file is empty")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DatasetError(f"{path}: line {line}: not text (byte "
+                           f"{data[e.start]:#04x}); a table is a UTF-8 CSV file") from None
+    control = _CONTROL.search(text)
+    if control:
+        line = text.count("\n", 0, control.start()) + 1
+        raise DatasetError(f"{path}: line {line}: not text (character "
+                           f"{ord(control.group()):#04x}); a table is a UTF-8 CSV file")
+    reader = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
+    try:
+        header = [c.strip() for c in next(reader)]
+        _check_header(path, header)
+        rows, lines = [], []
+        for row in reader:
+            if not row:
+                continue  # a blank line
+            if len(row) != len(header):
+                raise DatasetError(f"{path}: line {reader.line_num}: {len(row)} fields where the header has "
+                                   f"{len(header)}: {_show(','.join(row))}")
+            rows.append([c.strip() for c in row])
+            lines.append(reader.line_num)
+    except csv.Error as e:
+        raise DatasetError(f"{path}: line {reader.line_num}: malformed CSV: {e}") from None
+    if not rows:
+        raise DatasetError(f"{path}: the table has a header but no rows")
+    if not text.endswith(("\n", "\r")):
+        warnings.warn(f"{path}: line {lines[-1]}, the last, has no newline at its end: if the file was cut short, "
+                      "that row is wrong", TableWarning, stacklevel=2)
+    return header, rows, lines
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    for i, name in enumerate(header):
+        if not name:
+            raise DatasetError(f"{path}: line 1: column {i + 1} has no name")
+        if name in header[:i]:
+            raise DatasetError(f"{path}: line 1: two columns are named {name!r}")
 
 
 def _split_columns(
     frame: pd.DataFrame, fmt: str, manifest: dict[str, Any], paths: list[Path], metric: str | None
 ) -> tuple[pd.DataFrame, list[str], dict[str, Direction | None]]:
     columns = list(frame.columns)
-    if fmt == "moot":
-        objective = columns[-1]
-        metrics = {objective.rstrip("+-"): "min" if objective.endswith("-") else "max"}
-        frame = frame.rename(columns={objective: objective.rstrip("+-")})
-        config_columns = columns[:-1]
+    if fmt == "moot":  # every column named with a trailing - or + is an objective
+        objectives = [c for c in columns if c.endswith(("-", "+"))]
+        metrics = {c[:-1]: "min" if c.endswith("-") else "max" for c in objectives}
+        if len(metrics) > 1:
+            if metric is None:
+                raise DatasetError(
+                    f"{paths[0]}: {len(metrics)} objectives ({', '.join(objectives)}): choose one with --metric "
+                    f"({' or '.join(metrics)}); the others are kept as metrics"
+                )
+            if metric in metrics:  # the chosen one first: it is the table's default metric
+                metrics = {metric: metrics[metric], **metrics}
+        frame = frame.rename(columns={c: c[:-1] for c in objectives})
+        config_columns = [c for c in columns if c not in objectives]
     elif fmt == "wide":
         metrics = {metric: guess_direction(metric)}
         config_columns = [c for c in columns if c != metric]
@@ -217,7 +284,7 @@ def _split_columns(
         metrics = {m: _direction(declared.get(m)) or guess_direction(m) for m in names}
     if not config_columns or not metrics:
         raise DatasetError(f"{paths[0]}: needs at least one configuration column and one metric column")
-    _check_numeric(frame, list(metrics), paths[0], allow_missing="status" in frame)
+    _check_cells(frame, config_columns, list(metrics), long=fmt == "long")
     return frame, config_columns, metrics
 
 
@@ -227,16 +294,51 @@ def _direction(declared: Any) -> Direction | None:
     return declared if declared in ("min", "max") else None
 
 
-def _check_numeric(frame: pd.DataFrame, metrics: list[str], path: Path, allow_missing: bool) -> None:
-    for metric in metrics:
-        values = pd.to_numeric(frame[metric], errors="coerce")
-        bad = values.isna() & (frame[metric].notna() | (not allow_missing))
+def _check_cells(frame: pd.DataFrame, config_columns: list[str], metrics: list[str], long: bool) -> None:
+    """Every cell where it belongs, numbers converted in place. A metric is a finite number (or, in
+    the long format, empty: not measured); an option or setup column holds finite numbers or text,
+    not both, and no empty cell but in the long format (a parameter that does not apply)."""
+    for column in [*config_columns, *metrics]:
+        text = frame[column].astype(str)
+        numbers = pd.to_numeric(text, errors="coerce")
+        empty = (text == "").to_numpy()
+        finite = np.isfinite(numbers.to_numpy(dtype=float))
+        words = ~empty & numbers.isna().to_numpy() & ~text.str.lower().isin(_NON_FINITE).to_numpy()
+        bad = ~empty & ~finite & ~words  # nan, inf, -Infinity...
         if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DatasetError(
-                f"{path}: line {row + 2}: metric {metric!r} is {frame[metric].iloc[row]!r}, not a number"
-            )
-        frame[metric] = values
+            _fail(frame, bad, column, "is {cell}, not a finite number")
+        if empty.any() and not long:
+            _fail(frame, empty, column, "is empty")
+        if column in metrics:
+            if words.any():
+                _fail(frame, words, column, "is {cell}, not a number", what="metric")
+        elif words.any() and finite.any():  # one kind is a slip: name its first cell
+            minority = finite if finite.sum() < words.sum() else words
+            kind = "text" if minority is finite else "numbers"
+            _fail(frame, minority, column, f"is {{cell}}, but the column holds {kind}")
+        frame[column] = numbers if not words.any() else text.where(~empty, np.nan)
+    if "status" in frame:
+        known = {s.value for s in Status}
+        wrong = ~frame["status"].isin(known).to_numpy()
+        if wrong.any():
+            _fail(frame, wrong, "status", f"is {{cell}}, not one of {', '.join(sorted(known))}")
+
+
+def _fail(frame: pd.DataFrame, rows: np.ndarray, column: str, message: str, what: str = "column") -> None:
+    row = int(np.flatnonzero(rows)[0])
+    raise DatasetError(f"{_where(frame, row)}: {what} {column!r} {message.format(cell=_show(frame[column].iloc[row]))}")
+
+
+def _where(frame: pd.DataFrame, row: int) -> str:
+    """The file and line of the frame's ``row``-th row (by position)."""
+    paths, origin = frame.attrs["origin"]
+    file, line = origin[frame.index[row]]
+    return f"{paths[file]}: line {line}"
+
+
+def _show(cell: Any) -> str:
+    text = str(cell)
+    return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
 def _pin_context(

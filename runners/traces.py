@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,11 @@ class Trace:
     submit_ms: np.ndarray
     returned: np.ndarray  # bytes the system call returned, int64 (-1 where unknown)
     source: str = ""
+    line: np.ndarray | None = None  # each I/O's line in the file it was read from
+
+    def where(self, i: int) -> str:
+        """The file and line of I/O ``i``, for messages."""
+        return f"{self.source}: line {self.line[i]}" if self.line is not None else f"{self.source}: I/O {i + 1}"
 
     def __len__(self) -> int:
         return len(self.ts_ms)
@@ -46,66 +53,147 @@ class Trace:
 
 
 def detect_format(path: Path) -> str:
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                fields = line.strip().split(",")
-                if len(fields) == 7:
-                    return "msr-csv" if not _is_number(fields[1]) else "flashnet"
-                if len(line.split()) == 5:
-                    return "msr"
-                raise TraceError(f"{path}: line 1: neither FlashNet (7 comma-separated columns) nor MSR "
-                                 f"(5 space-separated columns): {line.strip()[:80]!r}")
+    return _detect(path, _text(path))
+
+
+def _detect(path: Path, text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            fields = line.strip().split(",")
+            if len(fields) == 7:
+                return "msr-csv" if not _is_number(fields[1]) else "flashnet"
+            if len(line.split()) == 5:
+                return "msr"
+            raise TraceError(f"{path}: line 1: neither FlashNet (7 comma-separated columns) nor MSR "
+                             f"(5 space-separated columns): {line.strip()[:80]!r}")
     raise TraceError(f"{path}: the trace is empty")
 
 
 def read_trace(path: str | Path, fmt: str | None = None) -> Trace:
+    """Every line checked: its field count, numbers where numbers belong, finite values, operation
+    codes, sizes above 0, offsets and latencies not below 0 (-1: not measured), and arrival times
+    in order. A coarse clock stamps I/Os that straddle a tick out of order (FlashNet's Tencent
+    traces, stamped in whole seconds, go back by 1 s now and then), so a step back of at most one
+    tick of the trace's clock is taken as its resolution; a larger one is an error."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
-    fmt = fmt or detect_format(path)
+    text = _text(path)
+    fmt = fmt or _detect(path, text)
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
-    rows = []
-    width = {"flashnet": 7, "msr": 5, "msr-csv": 7}[fmt]
-    with open(path) as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            fields = line.strip().split(" " if fmt == "msr" else ",")
-            fields = [x for x in fields if x != ""]
-            if len(fields) != width:
-                raise TraceError(f"{path}: line {number}: expected {width} fields for {fmt}, got {len(fields)}: "
-                                 f"{line.strip()[:80]!r}")
-            try:
-                rows.append(_parse(fmt, fields))
-            except ValueError:
-                raise TraceError(f"{path}: line {number}: not a {fmt} record: {line.strip()[:80]!r}") from None
+    rows, lines = [], []
+    columns = COLUMNS[fmt]
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = [x for x in line.strip().split(" " if fmt == "msr" else ",") if x != ""]
+        if len(fields) != len(columns):
+            raise TraceError(f"{path}: line {number}: expected {len(columns)} fields for {fmt}, got {len(fields)}: "
+                             f"{line.strip()[:80]!r}")
+        try:
+            rows.append(_parse(fmt, fields))
+        except _BadField as e:
+            raise TraceError(f"{path}: line {number}: {fmt} field {columns[e.column]} is {fields[e.column][:40]!r}, "
+                             f"{e.rule}") from None
+        lines.append(number)
     if not rows:
         raise TraceError(f"{path}: the trace is empty")
+    if not text.endswith(("\n", "\r")):
+        raise TraceError(f"{path}: line {lines[-1]}, the last, has no newline at its end: the file looks cut short")
     a = np.array(rows, dtype=float)
+    _check_order(path, a[:, 0], np.array(lines), "100 ns ticks" if fmt == "msr-csv" else "ms")
     if fmt == "msr-csv":  # FILETIME ticks: relative ms, and response time in us
         a[:, 0] = (a[:, 0] - a[0, 0]) / 1e4
     return Trace(a[:, 0], a[:, 1] == 1, a[:, 2].astype(np.int64), a[:, 3].astype(np.int64), a[:, 4], a[:, 5],
-                 a[:, 6].astype(np.int64), source=str(path))
+                 a[:, 6].astype(np.int64), source=str(path), line=np.array(lines))
+
+
+COLUMNS = {
+    "flashnet": ("ts_record", "latency", "io_type", "size", "offset", "ts_submit", "size_after_replay"),
+    "msr": ("timestamp", "devno", "offset", "size", "op"),
+    "msr-csv": ("Timestamp", "Hostname", "DiskNumber", "Type", "Offset", "Size", "ResponseTime"),
+}
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # no text file holds these
+
+
+class _BadField(ValueError):
+    def __init__(self, column: int, rule: str):
+        self.column, self.rule = column, rule
+
+
+def _text(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise TraceError(f"{path}: line {line}: not text (byte {data[e.start]:#04x}); a trace is a text file") from None
+    control = _CONTROL.search(text)
+    if control:
+        line = text.count("\n", 0, control.start()) + 1
+        raise TraceError(f"{path}: line {line}: not text (character {ord(control.group()):#04x}); "
+                         "a trace is a text file")
+    return text
+
+
+def _number(fields: list[str], i: int, minimum: float, unknown: float | None = None) -> float:
+    """Field ``i`` as a finite number >= ``minimum``, or NaN where it is ``unknown`` (-1: not measured)."""
+    try:
+        value = float(fields[i])
+    except ValueError:
+        raise _BadField(i, "not a number") from None
+    if not math.isfinite(value):
+        raise _BadField(i, "not a finite number")
+    if unknown is not None and value == unknown:
+        return math.nan
+    if value < minimum:
+        raise _BadField(i, f"below {minimum:g}" + (f" (and not {unknown:g}, which means unknown)" if unknown else ""))
+    return value
+
+
+def _integer(fields: list[str], i: int, minimum: int, allowed: tuple[int, ...] = ()) -> int:
+    try:
+        value = int(fields[i])
+    except ValueError:
+        raise _BadField(i, "not an integer") from None
+    if allowed and value not in allowed:
+        raise _BadField(i, f"not one of {', '.join(map(str, allowed))}")
+    if value < minimum:
+        raise _BadField(i, f"below {minimum}")
+    return value
 
 
 def _parse(fmt: str, f: list[str]) -> tuple[float, ...]:
-    nan = float("nan")
+    """One record as (ts, is_read, size, offset, latency_us, submit_ms, returned)."""
+    nan = math.nan
     if fmt == "flashnet":  # ts, latency, type, size, offset, submit, returned
-        op = int(f[2])
-        if op not in (0, 1) or int(f[3]) <= 0 or int(f[4]) < 0:
-            raise ValueError
-        return float(f[0]), op, int(f[3]), int(f[4]), float(f[1]), float(f[5]), int(f[6])
+        ts, latency = _number(f, 0, 0), _number(f, 1, 0, unknown=-1)
+        op, size, offset = _integer(f, 2, 0, (0, 1)), _integer(f, 3, 1), _integer(f, 4, 0)
+        return ts, op, size, offset, latency, _number(f, 5, 0, unknown=-1), _integer(f, 6, -1)
     if fmt == "msr":  # ts, devno, offset, size, op
-        op = int(f[4])
-        if op not in (0, 1) or int(f[3]) <= 0 or int(f[2]) < 0:
-            raise ValueError
-        return float(f[0]), op, int(f[3]), int(f[2]), nan, nan, -1
+        ts, _, offset, size, op = _number(f, 0, 0), _integer(f, 1, 0), _integer(f, 2, 0), _integer(f, 3, 1), \
+            _integer(f, 4, 0, (0, 1))
+        return ts, op, size, offset, nan, nan, -1
     kind = f[3].strip().lower()  # msr-csv: ts, host, disk, type, offset, size, response
     if kind not in ("read", "write"):
-        raise ValueError
-    return float(f[0]), kind == "read", int(f[5]), int(f[4]), float(f[6]) / 10.0, nan, -1
+        raise _BadField(3, "neither Read nor Write")
+    ts, _, offset, size = _integer(f, 0, 0), _integer(f, 2, 0), _integer(f, 4, 0), _integer(f, 5, 1)
+    return ts, kind == "read", size, offset, _number(f, 6, 0) / 10.0, nan, -1
+
+
+def _check_order(path: Path, ts: np.ndarray, lines: np.ndarray, unit: str) -> None:
+    """Arrival times do not go back by more than one tick of the trace's clock (its resolution)."""
+    tick = next((t for t in TICKS if np.allclose(np.round(ts / t) * t, ts, rtol=0, atol=t * 1e-6)), 0.0)
+    step = np.diff(ts)
+    back = np.flatnonzero(step < -tick * (1 + 1e-9))
+    if len(back):
+        i = int(back[0]) + 1
+        raise TraceError(f"{path}: line {lines[i]}: the timestamp goes back {-step[i - 1]:g} {unit} from the line "
+                         f"before; arrival times may go back by one tick of the trace's clock at most ({tick:g} {unit})")
+
+
+TICKS = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01, 0.001)  # a trace's clock resolution: the coarsest that fits
 
 
 def write_flashnet(path: str | Path, trace: Trace) -> None:

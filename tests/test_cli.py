@@ -70,7 +70,7 @@ def test_check_accepts_a_valid_configuration():
         (["check", "--space", "storage_v1", "fs=ext4", "journal=1"], "unknown parameter 'journal'"),
         (["check", "--space", "storage_v1", "fs=zfs"], "fs='zfs' is outside the space; allowed: ext2, ext3"),
         (["tune", "--dataset", "{bdbc}", "--algorithm", "annealing"], "unknown algorithm 'annealing'"),
-        (["tune", "--dataset", "{bad}"], "malformed CSV"),
+        (["tune", "--dataset", "{bad}"], "line 3: 4 fields where the header has 3"),
         (["tune", "--dataset", "{bdbc}", "--budget", "5000"], "more than the 2560 configurations"),
         (["tune", "--dataset", "/no/such.csv"], "no such dataset file or folder"),
         (["tune", "--runner", "fio"], "unknown runner 'fio'"),

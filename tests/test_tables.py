@@ -92,16 +92,62 @@ def test_plain_table_needs_its_metric_named(tmp_path: Path):
     "text, message",
     [
         ("", "the file is empty"),
-        ("a,b,PERF-", "a header but no rows"),
-        ("a,b,PERF-\n1,2,3\n1,2,3,4", "malformed CSV.*line 3"),
-        ("a,b,PERF-\n1,2,3\n1,3,fast", "line 3: metric 'PERF' is 'fast', not a number"),
+        ("a,b,PERF-", "the table has a header but no rows"),
+        ("a,b,PERF-\n1,2,3\n1,2,3,4\n", "line 3: 4 fields where the header has 3"),
+        ("a,b,PERF-\n1,2,3\n1,3,fast\n", "line 3: metric 'PERF' is 'fast', not a number"),
+        # the issue's findings: a short row, text in a number column, non-finite values, binary
+        ("a,b,PERF-\n1,2,3\n2,3\n", "line 3: 2 fields where the header has 3"),
+        ("a,PERF-,b\n1,2,3\n2,3\n", "line 3: 2 fields where the header has 3"),
+        ("a,b,PERF-\n1,2,3\n1,3,4\nx,2,5\n", "line 4: column 'a' is 'x', but the column holds numbers"),
+        ("a,b,PERF-\n1,2,3\n1,3,inf\n", "line 3: column 'PERF' is 'inf', not a finite number"),
+        ("a,b,PERF-\n1,2,3\n1,3,NaN\n", "line 3: column 'PERF' is 'NaN', not a finite number"),
+        ("a,b,PERF-\n1,2,3\n1,,4\n", "line 3: column 'b' is empty"),
+        ("a,b,PERF-\n1,2,3\n1,\x00,4\n", "line 3: not text \\(character 0x00\\)"),
+        ("a,b,PERF-\n1,2,3\n\n1,3,4\xff\n", "line 4: not text \\(byte 0xff\\)"),
+        ("a,a,PERF-\n1,2,3\n", "line 1: two columns are named 'a'"),
     ],
 )
 def test_malformed_tables_say_which_file_and_line(tmp_path: Path, text: str, message: str):
     path = tmp_path / "bad.csv"
-    path.write_text(text)
-    with pytest.raises(DatasetError, match=message):
+    path.write_bytes(text.encode("utf-8", "surrogateescape") if "\xff" not in text else text.encode("latin-1"))
+    with pytest.raises(DatasetError, match=f"^{path}: {message}") as raised:
         load_table(path)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_short_row_in_a_wide_table_is_an_error_not_a_nan_configuration(tmp_path: Path):
+    path = write(tmp_path / "t.csv", "a,PERF,b\n1,3,1\n2,1")  # the issue: {"a": 2, "b": NaN} won
+    with pytest.raises(DatasetError, match="line 3: 2 fields"):
+        load_table(path, metric="PERF")
+
+
+def test_a_last_line_without_newline_is_read_with_a_warning(tmp_path: Path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,PERF-\n1,2\n2,3")
+    with pytest.warns(UserWarning, match="line 3, the last, has no newline"):
+        table = load_table(path)
+    assert table.means("PERF") == {Config(a=1): 2.0, Config(a=2): 3.0}
+
+
+def test_every_signed_column_of_a_moot_table_is_an_objective():
+    path = shared("moot_configs/SS-A.csv")
+    with pytest.raises(DatasetError, match=r"2 objectives \(Throughput\+, Latency-\): choose one with --metric"):
+        load_table(path)
+    table = load_table(path, metric="Latency")
+    assert table.metrics == {"Latency": "min", "Throughput": "max"}
+    assert set(table.space.names) == {"Spout_wait", "Spliters", "Counters"}
+    assert table.default_metric == "Latency"
+    ss_o = load_table(shared("moot_configs/SS-O.csv"), metric="Performance")
+    assert "Performance" not in ss_o.space and ss_o.metrics == {"Performance": "min", "Cpu": "min"}
+
+
+def test_a_sweeps_folder_is_named_after_the_folder_and_its_workload(tmp_path: Path):
+    folder = tmp_path / "my-sweep"
+    folder.mkdir()
+    write(folder / "measurements.csv", "workload,fs,repeat,throughput_ops\nfileserver,ext4,0,10\nfileserver,xfs,0,12")
+    table = load_table(folder, {"workload": "fileserver"})
+    assert table.name == table.space.name == "my-sweep"
+    assert table.workload.name == "fileserver"
 
 
 def test_tables_must_share_a_header(tmp_path: Path):

@@ -44,16 +44,43 @@ def test_original_msr_csv(tmp_path):
     "text, message",
     [
         ("0.000 0 200626176 4096 0\n0.1 0 12 4096\n", "line 2: expected 5 fields for msr"),
-        ("0.000 0 200626176 4096 0\n0.1 0 12 4096 7\n", "line 2: not a msr record"),
-        ("0.000,120,1,4096,4923392,0.091,4096\n0.1,x,1,4096,0,0.1,4096\n", "line 2: not a flashnet record"),
+        ("0.000 0 200626176 4096 0\n0.1 0 12 4096 7\n", "line 2: msr field op is '7', not one of 0, 1"),
+        ("0.000,120,1,4096,4923392,0.091,4096\n0.1,x,1,4096,0,0.1,4096\n",
+         "line 2: flashnet field latency is 'x', not a number"),
         ("hello\n", "line 1: neither FlashNet"),
         ("", "the trace is empty"),
+        # the findings: a NaN latency, a negative one, arrival times out of order
+        ("0.000,120,1,4096,0,0.091,4096\n0.1,nan,1,4096,0,0.1,4096\n",
+         "line 2: flashnet field latency is 'nan', not a finite number"),
+        ("0.000,120,1,4096,0,0.091,4096\n0.1,-5,1,4096,0,0.1,4096\n",
+         "line 2: flashnet field latency is '-5', below 0 \\(and not -1, which means unknown\\)"),
+        ("0.000,120,1,4096,0,0.091,4096\n0.1,5,1,4096,0,inf,4096\n",
+         "line 2: flashnet field ts_submit is 'inf', not a finite number"),
+        ("5.000 0 0 4096 0\n8.000 0 0 4096 1\n6.000 0 0 4096 1\n",
+         "line 3: the timestamp goes back 2 ms from the line before; .* at most \\(1 ms\\)"),
+        ("0.000 0 0 4096 0\n0.100 0 0 4096 1", "line 2, the last, has no newline at its end"),
+        ("0.000 0 0 4096 0\n0.1\x00 0 0 4096 1\n", "line 2: not text \\(character 0x00\\)"),
+        ("128166372003061629,hm,1,Read,383516672,32768,41286\n128166372003061629,hm,1,Erase,0,1,1\n",
+         "line 2: msr-csv field Type is 'Erase', neither Read nor Write"),
     ],
 )
 def test_malformed_traces_name_the_line(tmp_path, text, message):
     path = tmp_path / "bad.trace"
     path.write_text(text)
-    with pytest.raises(TraceError, match=message):
+    with pytest.raises(TraceError, match=f"^{path}: {message}") as raised:
+        read_trace(path)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_coarse_clock_may_step_back_one_tick_and_minus_one_means_not_measured(tmp_path):
+    path = tmp_path / "t.csv"  # FlashNet's Tencent traces are stamped in whole seconds: 12000 before 11000
+    path.write_text("11000.000,120,1,4096,0,11000.091,4096\n12000.000,-1,1,4096,0,-1,4096\n"
+                    "11000.000,80,0,4096,4096,11000.300,4096\n")
+    trace = read_trace(path)
+    assert trace.ts_ms.tolist() == [11000, 12000, 11000] and trace.line.tolist() == [1, 2, 3]
+    assert np.isnan(trace.latency_us[1]) and np.isnan(trace.submit_ms[1]) and trace.latency_us[2] == 80
+    path.write_text("10000.000,120,1,4096,0,0.091,4096\n12000.000,5,1,4096,0,1,4096\n10000.000,5,1,4096,0,1,4096\n")
+    with pytest.raises(TraceError, match="line 3: the timestamp goes back 2000 ms"):
         read_trace(path)
 
 

@@ -47,7 +47,11 @@ class Objective:
         if missing:
             reported = ", ".join(missing[0].metrics) or "nothing"
             return Status.FAILED, None, f"the runner reported no {self.metric!r}; it reported: {reported}"
-        return Status.SUCCEEDED, float(np.mean([m.metrics[self.metric] for m in measurements])), None
+        values = [m.metrics[self.metric] for m in measurements]
+        if not all(isinstance(v, (int, float)) and np.isfinite(v) for v in values):
+            shown = ", ".join(map(str, values))
+            return Status.FAILED, None, f"the runner reported {self.metric} = {shown}: a value must be a finite number"
+        return Status.SUCCEEDED, float(np.mean(values)), None
 
     def better(self, a: float, b: float) -> bool:
         """Is ``a`` strictly better than ``b``?"""

@@ -40,6 +40,10 @@ class IOs:
 def prepare(trace: Trace) -> IOs:
     if not trace.has_latency:
         raise AdmissionDataError(f"{trace.source}: the trace has no latencies; replay it first (storetune replay)")
+    unmeasured = np.flatnonzero(~np.isfinite(trace.latency_us))
+    if len(unmeasured):
+        raise AdmissionDataError(f"{trace.where(int(unmeasured[0]))}: no latency (-1), and {len(unmeasured) - 1} more "
+                                 "I/Os lack one; admission learns from every I/O's latency")
     submit = np.where(np.isfinite(trace.submit_ms), trace.submit_ms, trace.ts_ms) * 1000.0
     order = np.argsort(submit, kind="stable")
     submit, latency = submit[order], np.maximum(trace.latency_us[order], 1.0)
