@@ -85,7 +85,9 @@ def tune(
     context: Annotated[list[str], typer.Option(help="Pin a setup column, e.g. workload_id=4.")] = [],  # noqa: B006
     space: Annotated[Optional[str], typer.Option(help="Search space (command runner; device and admission "
                                                       "have defaults).")] = None,
-    command: Annotated[Optional[str], typer.Option(help="Benchmark command (command runner).")] = None,
+    command: Annotated[Optional[str], typer.Option(
+        help="Benchmark command (command runner), run as an argv without a shell: for pipes or ';' use "
+             "\"sh -c '...'\".")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds before a run counts as TIMEOUT.")] = None,
     device: DeviceOpt = None,
     allow_device: AllowDeviceOpt = [],  # noqa: B006

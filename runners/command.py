@@ -13,6 +13,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -26,15 +27,39 @@ INVALID_EXIT_STATUS = 77
 STDERR_TAIL = 500  # characters of stderr kept as the reason of a failure
 
 
+SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1", "&>"}
+NO_SHELL = "the command runs as an argv, without a shell: for pipes, ';' or redirections use --command \"sh -c '...'\""
+
+
+def _argv(command: str) -> list[str]:
+    """The command split as a shell splits words, checked before the first trial: a program that
+    cannot start would otherwise fail every trial of the budget."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:
+        raise ValueError(f"--command {command!r}: {e}") from None
+    if not argv:
+        raise ValueError("--command is empty")
+    operator = next((a for a in argv if a in SHELL_OPERATORS or a.endswith(";")), None)
+    if operator:
+        raise ValueError(f"--command {command!r}: {operator!r} is a shell operator, but {NO_SHELL}")
+    program = argv[0]
+    found = shutil.which(program) if os.sep not in program else (program if os.path.isfile(program) else None)
+    if found is None:
+        where = "no such file" if os.sep in program else "not found on PATH"
+        raise ValueError(f"--command: {program}: {where}; {NO_SHELL}")
+    if not os.access(found, os.X_OK):
+        raise ValueError(f"--command: {found} is not executable (chmod +x it, or name its interpreter first)")
+    return argv
+
+
 class CommandRunner(RunnerBase):
     name: ClassVar[str] = "command"
 
     def __init__(self, settings: CommandSettings):
         super().__init__(settings)
         command = settings.command
-        self.argv = shlex.split(command)
-        if not self.argv:
-            raise ValueError("--command is empty")
+        self.argv = _argv(command)
         self.command = command
         self.space = load_space(settings.space)
         self.timeout_s = settings.timeout_s

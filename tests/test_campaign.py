@@ -205,3 +205,16 @@ def test_a_device_runner_refuses_parallel_workers(sqlite_url):
     with pytest.raises(ValueError, match="one configuration at a time"):
         Campaign.create(history, spec, runner=runner, executor=ProcessExecutor(2))
     assert history.campaigns() == []
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_objective_fails_its_trial_and_never_becomes_the_best(value):
+    from runners import Status
+    from tuner.objective import Objective
+
+    objective = Objective("ops", "max")
+    status, outcome, reason = objective.outcome([Measurement(Status.SUCCEEDED, {"ops": 10.0}),
+                                                 Measurement(Status.SUCCEEDED, {"ops": value})])
+    assert status is Status.FAILED and outcome is None
+    assert reason == f"the runner reported ops = 10.0, {value}: a value must be a finite number"
+    assert objective.outcome([Measurement(Status.SUCCEEDED, {"ops": 10.0})]) == (Status.SUCCEEDED, 10.0, None)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, shared
+from conftest import SHARED, run_cli, shared
 from tuner import History
 
 SUMMARY_KEYS = {"campaign", "algorithm", "seed", "trials_by_status", "best_config", "best_value", "objective"}
@@ -85,12 +85,24 @@ def test_check_accepts_a_valid_configuration():
                                                                           "greater than 0"),
         (["tune", "--runner", "device", "--workload", "tpcc", "--dry-run"], "device runner: workload: Input should be"),
         (["tune", "--runner", "command", "--space", "storage_v1"], "command runner: command: Field required"),
+        # a command that cannot start used to fail the whole budget and exit 0
+        (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "/nonexistent/bench"],
+         "--command: /nonexistent/bench: no such file; the command runs as an argv, without a shell"),
+        (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "no-such-bench-x"],
+         "--command: no-such-bench-x: not found on PATH"),
+        (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "true; echo"],
+         "'true;' is a shell operator, but the command runs as an argv, without a shell: for pipes, ';' or "
+         "redirections use --command \"sh -c '...'\""),
+        (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "{bad}"],
+         "bad.csv is not executable"),
+        (["tune", "--dataset", "{ssa}"], "2 objectives (Throughput+, Latency-): choose one with --metric"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Path, args, message):
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b,PERF-\n1,2,3\n1,2,3,4\n")
-    args = [a.format(bdbc=bdbc, bad=bad) for a in args]
+    ssa = SHARED / "moot_configs/SS-A.csv"
+    args = [a.format(bdbc=bdbc, bad=bad, ssa=ssa) for a in args]
     proc = run_cli(*args, db=sqlite_url)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
