@@ -16,10 +16,11 @@ MUST_BEAT_RANDOM = ["ga", "bo", "sa"]
 
 @pytest.fixture(scope="module")
 def bdbc_study(tmp_path_factory):
-    """20 seeds x 200 evaluations on BDBC (4 near-optimal configurations of 2,560)."""
+    """20 seeds x 200 evaluations on BDBC (4 near-optimal configurations of 2,560). DQN is not here:
+    it does not beat random search at this budget, and bench/compare_algorithms.py reports by how much."""
     db = f"sqlite:///{tmp_path_factory.mktemp('study') / 'h.sqlite'}"
     settings = {"dataset": [str(shared("moot_configs/BDBC.csv"))]}
-    spec = CompareSpec(settings, tuple(Variant.parse_list("random,sa,ga,bo,dqn")), seeds=20, budget=200)
+    spec = CompareSpec(settings, tuple(Variant.parse_list("random,sa,ga,bo")), seeds=20, budget=200)
     return Comparison.create(History(db), spec).run(ProcessExecutor(2))
 
 
@@ -29,18 +30,6 @@ def test_reaches_near_optimal_in_fewer_evaluations_than_random(bdbc_study, algor
     ours = bdbc_study["algorithms"][algorithm]["median_evals_to_near_optimal"]
     random = bdbc_study["algorithms"]["random"]["median_evals_to_near_optimal"]
     assert ours < random, f"{algorithm}: median {ours} evaluations, random {random}"
-
-
-@pytest.mark.slow
-def test_dqn_against_random_is_recorded(bdbc_study, record_property):
-    ours = bdbc_study["algorithms"]["dqn"]["median_evals_to_near_optimal"]
-    random = bdbc_study["algorithms"]["random"]["median_evals_to_near_optimal"]
-    record_property("dqn_median_evals", ours)
-    record_property("random_median_evals", random)
-    if ours >= random:
-        pytest.xfail(f"DQN does not beat random on BDBC: median {ours:g} evaluations vs random's {random:g} "
-                     f"(success at 200: {bdbc_study['algorithms']['dqn']['success_at_budget']:.2f} vs "
-                     f"{bdbc_study['algorithms']['random']['success_at_budget']:.2f})")
 
 
 def _warm(sqlite_url, algorithm):
