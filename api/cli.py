@@ -163,14 +163,27 @@ def tune(
         record = campaign.record
         done = campaign.summary().evaluated
         title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"
-        with CampaignProgress(err, title, record.budget, done) as progress:
-            summary = campaign.run(on_trial=progress.update)
+        try:
+            with CampaignProgress(err, title, record.budget, done) as progress:
+                summary = campaign.run(on_trial=progress.update)
+        except KeyboardInterrupt:
+            again = f"storetune tune --resume {record.id}" + (f" --db {_shown_url(db)}" if db else "")
+            err.print(f"interrupted: campaign {record.id} stopped; its finished trials are kept, the running ones "
+                      f"will be measured again. Finish it with: {again}", highlight=False, soft_wrap=True)
+            sys.exit(130)
     finally:
         getattr(executor, "close", lambda: None)()
     _print_summary(summary, as_json, executor.describe())
 
 
 DRY_RUN_EVALUATIONS = 3
+
+
+def _shown_url(url: str) -> str:
+    """A history URL to print: its password hidden."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _dry_run(spec: CampaignSpec) -> None:

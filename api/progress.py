@@ -29,6 +29,7 @@ class CampaignProgress:
         self._task = self._progress.add_task(title, total=budget, completed=done, best="-", pace="")
         self._started = time.monotonic()
         self._done_at_start = done
+        self._title = title
 
     def __enter__(self) -> CampaignProgress:
         self._progress.start()
@@ -41,7 +42,9 @@ class CampaignProgress:
         done_here = result.evaluated - self._done_at_start
         pace = (time.monotonic() - self._started) / max(done_here, 1)
         best = "-" if result.best_value is None else f"{result.best_value:.6g}"
-        self._progress.update(self._task, completed=result.evaluated, best=best, pace=f"{pace:.3g} s/trial")
+        title = self._title + (f" (warm start: {result.warm_started} earlier trials)" if result.warm_started else "")
+        self._progress.update(self._task, description=title, completed=result.evaluated, best=best,
+                              pace=f"{pace:.3g} s/trial")
 
 
 class ComparisonProgress:

@@ -76,6 +76,9 @@ def summary_table(summary: CampaignSummary) -> Table:
         ("best configuration", format_config(summary.best_config or {})),
         ("history", summary.database),
     ]
+    if summary.warm_started is not None:
+        rows.insert(5, ("warm start", f"{summary.warm_started} earlier trials of the same space, workload and device "
+                                      "told first; not in the budget, nor in the best"))
     for key, value in rows:
         table.add_row(key, escape(str(value)))
     return table

@@ -218,3 +218,21 @@ def test_a_non_finite_objective_fails_its_trial_and_never_becomes_the_best(value
     assert status is Status.FAILED and outcome is None
     assert reason == f"the runner reported ops = 10.0, {value}: a value must be a finite number"
     assert objective.outcome([Measurement(Status.SUCCEEDED, {"ops": 10.0})]) == (Status.SUCCEEDED, 10.0, None)
+
+
+def test_a_warm_started_campaign_shows_its_own_best_and_how_many_trials_were_told(sqlite_url):
+    """The progress bar showed the history's best while the summary showed the campaign's."""
+    history = History(sqlite_url)
+    settings = {"dataset": str(shared("moot_configs/BDBC.csv"))}
+    first = Campaign.create(history, CampaignSpec(runner="dataset", runner_settings=settings, budget=60, seed=1))
+    first_best = first.run().best_value
+    second = Campaign.create(history, CampaignSpec(runner="dataset", runner_settings=settings, budget=3, seed=2,
+                                                   warm_start="same"))
+    seen = []
+    summary = second.run(on_trial=seen.append)
+    assert summary.warm_started == 60 and {r.warm_started for r in seen} == {60}
+    own = [r.value for r in seen if r.value is not None]
+    assert [r.best_value for r in seen][-1] == min(own) == summary.best_value
+    assert summary.best_value > first_best  # 3 evaluations do not reach what 60 found: the two must differ
+    cold = Campaign.create(history, CampaignSpec(runner="dataset", runner_settings=settings, budget=2, seed=3)).run()
+    assert cold.warm_started is None and "warm_started" in cold.to_dict()

@@ -107,3 +107,24 @@ def test_resume_refuses_while_the_driver_is_alive(tmp_path: Path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_ctrl_c_during_tune_says_how_to_resume(tmp_path: Path):
+    """Ctrl-C (SIGINT to the terminal's process group) used to exit 130 with a frozen progress bar."""
+    path = tmp_path / "history.sqlite"
+    db = f"sqlite:///{path}"
+    args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
+            "--metric", "throughput_ops", "--budget", "30", "--db", db]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_SLEEP": "0.3"}
+    proc = subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while "SUCCEEDED" not in statuses(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted: campaign 1 stopped") and last.endswith(f"storetune tune --resume 1 --db {db}")
+    summary = json.loads(run_cli("tune", "--resume", "1", "--json", db=db, check=True).stdout.strip().splitlines()[-1])
+    assert summary["evaluated"] == 30 and summary["state"] == "finished"

@@ -49,6 +49,7 @@ class CampaignSummary:
     workload: str
     database: str
     test_value: float | None = None  # the best configuration on data the search never saw, if any
+    warm_started: int | None = None  # earlier trials told to the algorithm first (--warm-start same)
 
     @classmethod
     def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:

@@ -69,6 +69,7 @@ class Tuner(ABC):
         self.params = parse_params(self.name, self.Params, params or {})
         self.rng = np.random.default_rng(seed)  # the algorithm's only source of randomness
         self.observations: list[Observation] = []
+        self.warm_started = 0  # the first observations: earlier campaigns' trials, told by warm_start
         self._unmeasured: list[Config] | None = None
         self._reference: float | None = None  # the scale of warp()
         self._told: dict[Config, Status] = {}
@@ -110,9 +111,11 @@ class Tuner(ABC):
     def warm_start(self, observations: Sequence[tuple[Mapping[str, Any], float | None, Status]]) -> None:
         """Learn from trials measured before this campaign (same space, workload and device).
         By default they are told like results; algorithms override to seed their state from them."""
+        before = len(self.observations)
         for config, value, status in observations:
             if self.space.contains(config):
                 self.tell(config, value, status)
+        self.warm_started += len(self.observations) - before
 
     # --- what algorithms use ---------------------------------------------------------------------
     def known(self, config: Config) -> bool:
@@ -163,6 +166,12 @@ class Tuner(ABC):
     @property
     def best(self) -> Observation | None:
         scored = [o for o in self.observations if o.loss is not None]
+        return min(scored, key=lambda o: o.loss) if scored else None
+
+    @property
+    def own_best(self) -> Observation | None:
+        """The best of this campaign's own measurements, not of the warm start's."""
+        scored = [o for o in self.observations[self.warm_started:] if o.loss is not None]
         return min(scored, key=lambda o: o.loss) if scored else None
 
     @abstractmethod

@@ -8,11 +8,12 @@ Only finished trials (SUCCEEDED, FAILED, INVALID, TIMEOUT) count towards the bud
 
 from __future__ import annotations
 
+
 import inspect
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runners import Direction, Runner, Status, make_runner
@@ -216,7 +217,8 @@ class Campaign:
             self.runner.close()
             getattr(self.executor, "close", lambda: None)()
         history.finish_campaign(rec.id, "cancelled" if outcome.stopped else "finished", outcome.note)
-        return self.summary()
+        summary = self.summary()
+        return replace(summary, warm_started=self.tuner.warm_started) if rec.warm_start == "same" else summary
 
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)

@@ -33,7 +33,8 @@ class TrialResult:
     duration_s: float
     evaluated: int
     budget: int
-    best_value: float | None
+    best_value: float | None  # the campaign's own best: warm-started trials are not its measurements
+    warm_started: int = 0  # earlier trials the algorithm was told before this campaign's first
 
 
 @dataclass
@@ -124,11 +125,11 @@ def run_loop(
         outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
         outcome.evaluated += 1
         if on_trial is not None:
-            best = tuner.best
+            best = tuner.own_best
             best_value = None if best is None else to_loss(best.loss, objective.direction)
             duration = sum(m.duration_s for m in measurements)
             on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
-                                 budget, best_value))
+                                 budget, best_value, tuner.warm_started))
     if outcome.stopped:
         outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
     elif exhausted:
