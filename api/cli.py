@@ -35,6 +35,7 @@ from api.common import (
     open_history,
     pairs,
     runner_settings,
+    show_dry_run,
     table_settings,
 )
 from api.progress import CampaignProgress
@@ -42,7 +43,7 @@ from runners import RUNNERS, Status, make_runner
 from runners.tables import TableWarning
 from search_spaces import Config, format_config, list_spaces, load_space
 from tuner import ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, best_trial
-from tuner.analysis import table_rank
+from tuner.analysis import held_out, table_rank
 from tuner.campaign import WARM_STARTS
 
 app = typer.Typer(
@@ -50,6 +51,24 @@ app = typer.Typer(
     no_args_is_help=True,
     help="StoreTune: a black-box auto-tuner for storage stacks.",
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        print(f"storetune {version('storetune')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    """StoreTune: a black-box auto-tuner for storage stacks."""
+
+
 app.command()(devices.replay)
 app.command()(devices.sweep)
 app.command()(offline.compare)
@@ -145,7 +164,7 @@ def tune(
             fixed=pairs(fix, "--fix"),
         )
     if dry_run:
-        _dry_run(spec)
+        show_dry_run(spec)
         return
     history = open_history(db)
     executor = executor_for(executor_kind, parallel, max_retries)
@@ -176,37 +195,11 @@ def tune(
     _print_summary(summary, as_json, executor.describe())
 
 
-DRY_RUN_EVALUATIONS = 3
-
-
 def _shown_url(url: str) -> str:
     """A history URL to print: its password hidden."""
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
-
-
-def _dry_run(spec: CampaignSpec) -> None:
-    """Print the commands of the first evaluations the campaign would make, through the same checks
-    and loop as the real campaign. Nothing is run or recorded."""
-    from runners import runner_class
-    from tuner.campaign import dry_run
-
-    cls = runner_class(spec.runner)
-    if "dry_run" not in inspect.signature(cls).parameters:
-        raise UserError(f"--dry-run is for the device runner; the {spec.runner} runner changes nothing anyway")
-    runner = make_runner(spec.runner, spec.runner_settings, dry_run=True, echo=literal)
-
-    def announce(number: int, config: Config) -> None:
-        console.print(f"[bold]# evaluation {number + 1}: {escape(format_config(config))}[/]")
-
-    try:
-        shown = dry_run(spec, runner, DRY_RUN_EVALUATIONS, on_start=announce)
-    finally:
-        console.print("[bold]# teardown[/]")
-        runner.close()
-    console.print(f"dry run: the commands of the first {shown} of {spec.budget} evaluations"
-                  f"{f', {spec.repeats} repeats each' if spec.repeats > 1 else ''}; nothing was run or recorded")
 
 
 def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, Any] | None = None) -> None:
@@ -307,6 +300,7 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
         "objective": {"metric": record.objective_metric, "direction": record.objective_direction},
         "config": top.config,
         "repeats": [m.metrics.get(record.objective_metric) for m in top.measurements],
+        "test_value": held_out(top, record.objective_metric),
     }
     rank = None
     if record.runner == "dataset":  # a replayed table knows the ground truth
@@ -325,6 +319,8 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
             f"in the table: mean {rank.mean:.6g}, rank {rank.rank} of {rank.configurations} "
             f"(the table's best mean is {rank.table_best:.6g})"
         )
+    if result["test_value"] is not None:
+        console.print(f"on the held-out test part: {record.objective_metric} = {result['test_value']:.6g}")
     for key, value in top.config.items():
         console.print(f"  {key} = {value}")
 

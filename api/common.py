@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -9,11 +10,19 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperOption
+from rich.markup import escape
 
 from api.settings import Settings
-from runners import RunnerSettings, parse_settings, settings_model
+from runners import RunnerSettings, make_runner, parse_settings, settings_model
 from runners.settings import DeviceSettings
-from tuner import History
+from search_spaces import Config, format_config
+from tuner import CampaignSpec, History
+
+# typer (0.29) prints a type beside every option, <bool> beside flags that take no value: by hand,
+# because typer has no setting for it, flags show none.
+_display_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _display_type(self, ctx)  # type: ignore
 
 # Piped output (files, CI logs) gets wide tables instead of rich's 80-column default.
 console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
@@ -106,3 +115,29 @@ def executor_for(kind: str | None, workers: int | None, max_retries: int) -> Any
     if kind == "local":
         address = None
     return make_executor(kind, workers, address=address, max_retries=max_retries)
+
+
+DRY_RUN_EVALUATIONS = 3
+
+
+def show_dry_run(spec: CampaignSpec, evaluations: int = DRY_RUN_EVALUATIONS) -> None:
+    """Print the commands of the first evaluations the campaign would make, through the same checks
+    and loop as the real campaign. Nothing is run or recorded."""
+    from runners import runner_class
+    from tuner.campaign import dry_run
+
+    cls = runner_class(spec.runner)
+    if "dry_run" not in inspect.signature(cls).parameters:
+        raise UserError(f"--dry-run is for the device runner; the {spec.runner} runner changes nothing anyway")
+    runner = make_runner(spec.runner, spec.runner_settings, dry_run=True, echo=literal)
+
+    def announce(number: int, config: Config) -> None:
+        console.print(f"[bold]# evaluation {number + 1}: {escape(format_config(config))}[/]")
+
+    try:
+        shown = dry_run(spec, runner, evaluations, on_start=announce)
+    finally:
+        console.print("[bold]# teardown[/]")
+        runner.close()
+    console.print(f"dry run: the commands of the first {shown} of {spec.budget} evaluations"
+                  f"{f', {spec.repeats} repeats each' if spec.repeats > 1 else ''}; nothing was run or recorded")

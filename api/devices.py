@@ -23,6 +23,7 @@ from api.common import (
     literal,
     open_history,
     runner_settings,
+    show_dry_run,
 )
 from api.progress import CampaignProgress
 from tuner import Campaign
@@ -36,7 +37,9 @@ def replay(
     allow_device: AllowDeviceOpt = [],  # noqa: B006
     speed: Annotated[float, typer.Option(help="Replay at this multiple of the trace's pace; 0: as fast as possible.")]
     = 1.0,
-    queue_depth: Annotated[int, typer.Option(help="I/Os in flight at most. Latencies match fio's at 1; deeper, Python threads inflate them (README, device benchmark).")] = 32,
+    queue_depth: Annotated[int, typer.Option(help="I/Os in flight at most. Latencies match fio's at 1, the "
+                                                  "default; deeper, Python threads inflate them (README, "
+                                                  "bench/device_overhead.py).")] = 1,
     loop_dir: LoopDirOpt = None,
     loop_size_mib: LoopSizeOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be done; touch nothing.")] = False,
@@ -67,6 +70,19 @@ def replay(
                   f"{summary['latency_mean_us']:.0f} us, p99 {summary['latency_p99_us']:.0f} us -> {out}")
 
 
+def _sweep_dry_run(spec: Any, grid: dict[str, Any]) -> None:
+    hours = grid["benchmark_time_s"] / 3600
+    console.print(f"[bold]# sweep into {spec.out}[/]: {grid['configurations']} configurations x "
+                  f"{len(grid['workloads'])} workloads ({', '.join(grid['workloads'])}) x {grid['repeats']} repeats = "
+                  f"{grid['benchmark_runs']} benchmark runs of {spec.device.runtime_s:g} s: {hours:.1f} h of "
+                  "benchmark at least, plus mkfs and set-up per run")
+    if grid["resumes"]:
+        console.print(f"# {spec.out}/manifest.json holds {', '.join(grid['resumes'])}: "
+                      + ("its settings differ; only a larger --per-stratum extends it, anything else is refused"
+                         if grid["settings_differ"] else "the sweep resumes, measuring only what is missing"))
+    show_dry_run(grid["first"], evaluations=1)
+
+
 def sweep(
     out: Annotated[Path, typer.Option(help="The dataset folder, e.g. datasets/loop-storage-v2.")],
     space: Annotated[str, typer.Option(help="The space to sample.")] = "storage_v2",
@@ -82,17 +98,23 @@ def sweep(
     loop_dir: LoopDirOpt = None,
     loop_size_mib: LoopSizeOpt = None,
     fileset_mib: FilesetOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the grid, the runs it takes and the commands "
+                                                             "of its first evaluation; run and record nothing.")]
+    = False,
     db: DbOption = None,
 ) -> None:
     """Measure a grid of configurations for several workloads and write it as a dataset (resumable)."""
     from runners.device.personalities import PERSONALITIES
-    from tuner.sweep import SweepSpec, run_sweep, workloads_of
+    from tuner.sweep import SweepSpec, plan, run_sweep, workloads_of
 
     settings = runner_settings("device", dict(space=space, device=device, allow_device=allow_device, engine=engine,
                                               runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
                                               fileset_mib=fileset_mib))
     spec = SweepSpec(out=out, device=settings, workloads=workloads_of(workloads, list(PERSONALITIES)),
                      repeats=repeats, per_stratum=per_stratum, seed=seed, command=["storetune", *sys.argv[1:]])
+    if dry_run:
+        _sweep_dry_run(spec, plan(spec))
+        return
     history = open_history(db)
     state: dict[str, Any] = {}
 

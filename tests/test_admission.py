@@ -208,6 +208,17 @@ def test_admission_bad_input_is_one_line(args, message):
     assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
 
 
+def test_a_trace_missing_some_latencies_is_refused_naming_the_line(tmp_path):
+    lines = shared(TRACE).read_text().splitlines(keepends=True)
+    fields = lines[99].split(",")
+    fields[1] = "-1"  # not measured
+    lines[99] = ",".join(fields)
+    path = tmp_path / "t.csv"
+    path.write_text("".join(lines))
+    proc = run_cli("admission", "train", "--trace", str(path))
+    assert proc.returncode == 2 and f"{path}: line 100: no latency (-1), and 0 more I/Os lack one" in proc.stderr
+
+
 def test_a_trace_without_latency_is_refused():
     proc = run_cli("admission", "train", "--trace", str(shared("heimdall_msr/msr.cut.per_10k.rw_20_80.105.trace.txt")))
     assert proc.returncode == 2 and "has no latencies; replay it first" in proc.stderr
@@ -221,5 +232,7 @@ def test_tune_the_admission_space_with_pinned_parameters(sqlite_url):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["best_config"]["replicas"] == 3 and summary["best_config"]["failover_cost_us"] == 30
     assert summary["test_value"] is not None and summary["test_value"] > 0
+    best = json.loads(run_cli("best", str(summary["campaign"]), "--json", db=sqlite_url, check=True).stdout)
+    assert best["value"] == summary["best_value"] and best["test_value"] == summary["test_value"]
     bad = run_cli("tune", "--runner", "admission", "--trace", str(shared(TRACE)), "--fix", "replicas=9", db=sqlite_url)
     assert bad.returncode == 2 and "replicas=" in bad.stderr and "allowed: 1 to 5" in bad.stderr

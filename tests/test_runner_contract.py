@@ -148,3 +148,14 @@ def test_command_that_does_not_exist_is_failed(tmp_path):
     runner = make_runner("command", command="/no/such/benchmark --fast", space="storage_v1")
     m = runner.run(runner.space.default(), runner.workload, seed=0)
     assert m.status is Status.FAILED and "cannot start /no/such/benchmark" in m.reason
+
+
+def test_a_failed_system_command_reads_error_first():
+    """A FAILED trial's reason showed the command, and its error was cut off in the trials table."""
+    from runners.device.shell import CommandFailed, Result
+
+    failed = CommandFailed(Result(("fio", "--output-format=json", "/var/tmp/storetune/run-1/fileserver.fio"), 1, "",
+                                  "fio: pid=12, err=28/file:io_u.c:1845, func=io_u error, error=No space left on device",
+                                  0.5))
+    assert str(failed) == ("fio failed (exit 1): fio: pid=12, err=28/file:io_u.c:1845, func=io_u error, error=No space "
+                           "left on device; command: fio --output-format=json /var/tmp/storetune/run-1/fileserver.fio")

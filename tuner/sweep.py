@@ -78,10 +78,7 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
     for workload in spec.workloads:
         known = manifest["campaigns"].get(workload)
         if known is None:
-            campaign = Campaign.create(history, CampaignSpec(
-                runner="device", runner_settings=spec.runner_settings(workload), algorithm="grid",
-                algorithm_params={"per_stratum": spec.per_stratum}, metric="ops_per_s", direction="max",
-                budget=len(grid), seed=spec.seed, repeats=spec.repeats))
+            campaign = Campaign.create(history, campaign_spec(spec, workload, len(grid)))
             manifest["campaigns"][workload] = campaign.id
             _save(path, manifest)
         else:
@@ -90,6 +87,28 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
             on_campaign(workload, campaign)
         campaign.run(on_trial)
     return export(history, spec, manifest)
+
+
+def campaign_spec(spec: SweepSpec, workload: str, grid_size: int) -> CampaignSpec:
+    """The campaign that measures the grid for one workload."""
+    return CampaignSpec(runner="device", runner_settings=spec.runner_settings(workload), algorithm="grid",
+                        algorithm_params={"per_stratum": spec.per_stratum}, metric="ops_per_s", direction="max",
+                        budget=grid_size, seed=spec.seed, repeats=spec.repeats)
+
+
+def plan(spec: SweepSpec) -> dict[str, Any]:
+    """What the sweep would measure, read without touching anything: the grid, the evaluations,
+    the benchmark time they take at least, and the workloads a manifest in ``out`` already holds."""
+    grid = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
+                      params={"per_stratum": spec.per_stratum}).grid
+    path = spec.out / "manifest.json"
+    manifest = json.loads(path.read_text()) if path.exists() else {}
+    runs = len(grid) * len(spec.workloads) * spec.repeats
+    return {"configurations": len(grid), "workloads": list(spec.workloads), "repeats": spec.repeats,
+            "benchmark_runs": runs, "benchmark_time_s": runs * spec.device.runtime_s,
+            "resumes": sorted(set(manifest.get("campaigns", {})) & set(spec.workloads)),
+            "settings_differ": bool(manifest) and manifest.get("settings") != spec.settings(),
+            "first": campaign_spec(spec, spec.workloads[0], len(grid))}
 
 
 def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: list[Any]) -> None:

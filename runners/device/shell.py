@@ -41,8 +41,12 @@ class Result:
 
 
 class CommandFailed(RuntimeError):
+    """The error first, the command after: a trial's reason is read in a narrow table column."""
+
     def __init__(self, result: Result):
-        super().__init__(f"{shlex.join(result.argv)} failed ({result.returncode}): {result.tail()}")
+        said = result.tail()
+        super().__init__(f"{Path(result.argv[0]).name} failed (exit {result.returncode})" + (f": {said}" if said else "")
+                         + f"; command: {shlex.join(result.argv)}")
         self.result = result
 
 
