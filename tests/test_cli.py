@@ -108,3 +108,19 @@ def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Pa
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
     assert History(sqlite_url).campaigns() == []
+
+
+def test_version_and_flags_in_the_help():
+    assert run_cli("--version", check=True).stdout.strip().startswith("storetune ")
+    help_text = run_cli("tune", "--help", check=True).stdout
+    assert "--json" in help_text and "<bool>" not in help_text and "<int>" in help_text
+
+
+def test_sweep_dry_run_prints_the_plan_and_touches_nothing(tmp_path: Path, sqlite_url):
+    out = tmp_path / "sweep"
+    proc = run_cli("sweep", "--out", str(out), "--workloads", "varmail,oltp", "--per-stratum", "1", "--repeats", "1",
+                   "--runtime", "2", "--dry-run", db=sqlite_url, check=True)
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith(f"# sweep into {out}: ") and "x 2 workloads (varmail, oltp) x 1 repeats = " in first
+    assert "mkfs." in proc.stdout and "dry run: the commands of the first 1 of" in proc.stdout
+    assert not out.exists() and not (tmp_path / "history.sqlite").exists()
