@@ -26,7 +26,7 @@ from runners.device.engines import EngineOutputError, engine_env, engine_version
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
-from runners.device.state import SetupLog, is_mounted, reap
+from runners.device.state import SetupLog, is_mounted, reap_and_say
 from runners.device.target import (
     DeviceError,
     RefusedSetting,
@@ -68,8 +68,7 @@ class DeviceRunner(RunnerBase):
         self._target: Target | None = None
         if not dry_run:
             self._check_prerequisites()
-            for line in reap(self.shell):
-                logger.warning("cleaned up after a runner that was killed: %s", line)
+            reap_and_say(self.shell)
             atexit.register(self.close)
             self.target()  # set the device up now: its errors come before a campaign writes anything
         self.workload = Workload(engine, workload, {
@@ -171,7 +170,11 @@ class DeviceRunner(RunnerBase):
     def _unmount(self, mountpoint: str, entry: int) -> None:
         result = self.shell.run(["umount", mountpoint], check=False, timeout=120)
         if not result.ok and not self.shell.dry_run and is_mounted(mountpoint):
-            self.shell.run(["umount", "-l", mountpoint], check=False, timeout=60)  # a straggler holds it open
+            result = self.shell.run(["umount", "-l", mountpoint], check=False, timeout=60)  # a straggler holds it
+        if not self.shell.dry_run and is_mounted(mountpoint):  # kept in the setup log: the next start tries again
+            logger.warning("could not unmount %s: %s (the next start tries again)", mountpoint,
+                           (result.tail() or "still mounted").splitlines()[0])
+            return
         self.log.done(entry)
 
     # --- the device -------------------------------------------------------------------------------
