@@ -124,7 +124,8 @@ def reap(shell: Shell, directory: Path | None = None) -> Reaped:
             except FileNotFoundError:
                 continue  # its runner finished meanwhile
             except (OSError, ValueError, KeyError, TypeError) as e:
-                reaped.failed.append(f"could not read {path}: {_why(e)}; left in place")
+                why = _why(e)
+                reaped.failed.append(f"could not read {path}: {why}; left in place, nothing it records was undone")
                 continue
             if _start_time(pid) == state.get("start"):
                 continue  # its runner is alive (this process's too: its runners clean up after themselves)
