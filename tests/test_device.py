@@ -21,6 +21,8 @@ import pytest
 from conftest import ROOT
 from runners import Status, make_runner
 from runners.device.safety import UnsafeDevice, check_block_device
+from runners.device.shell import Result, Shell
+from runners.device.state import Reaped, reap
 from runners.device.target import DeviceError
 
 pytestmark = [
@@ -252,6 +254,147 @@ def test_sigkill_mid_run_is_reaped_by_the_next_start(loop_dir, tmp_path):
     assert [f for f in left["files"] if str(victim.pid) in f] == []  # its image and its work folder
     assert not list(state.glob(f"device-{victim.pid}-*.json"))
     survivor.close()
+    assert leftovers(loop_dir) == NOTHING
+
+
+@pytest.mark.slow
+def test_a_tune_killed_mid_benchmark_leaves_nothing_after_the_next_start(loop_dir, tmp_path):
+    """A real `storetune tune` on a loop device, SIGKILLed while fio measures: the next start kills its
+    fio, restores the queue settings it changed, unmounts, removes the work folder, detaches the loop
+    device and removes its image; its setup log is gone."""
+    from conftest import STORETUNE, run_cli
+
+    state = Path(os.environ["STORETUNE_STATE_DIR"])
+    tune = ["tune", "--runner", "device", "--loop-dir", str(loop_dir), "--loop-size-mib", "320", "--fileset-mib",
+            "16", "--workload", "varmail", "--fix", "fs=ext4", "--fix", "io_scheduler=bfq", "--fix",
+            "read_ahead_kb=16", "--fix", "nr_requests=64", "--budget", "1", "--seed", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'h.sqlite'}"}
+    with open(tmp_path / "killed.err", "w") as err:
+        killed = subprocess.Popen([*STORETUNE, *tune, "--runtime", "60"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=err, start_new_session=True)
+    workdir = loop_dir / f"run-{killed.pid}"
+    try:
+        fio = fio_of(workdir, killed)
+        [device] = leftovers(loop_dir)["loops"]
+        assert queue_settings(device) == {"scheduler": "none mq-deadline kyber [bfq]", "read_ahead_kb": "16",
+                                          "nr_requests": "64"}
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)  # the runner's process group; fio has a session of its own
+        killed.wait()
+    assert fio.alive()  # the kill left the benchmark running, on a mounted file system
+    left = leftovers(loop_dir)
+    assert left["loops"] == [device] and left["mounts"] == [str(workdir / "mnt")]
+    assert {"run-" + str(killed.pid), f"storetune-{killed.pid}-0.img"} <= set(left["files"])
+    [log] = state.glob(f"device-{killed.pid}-*.json")
+    restores = [f"restored {e['path']} = {e['original']}" for e in json.loads(log.read_text())["entries"]
+                if e["kind"] == "sysfs"]
+    assert len(restores) == 3  # undone last first
+
+    after = run_cli(*tune, "--runtime", "1", env={"STORETUNE_DATABASE_URL": env["STORETUNE_DATABASE_URL"]})
+    assert after.returncode == 0, after.stderr  # the next start reaps, then measures and closes its own
+    said = [line.split("cleaned up after a runner that was killed: ", 1)[1] for line in after.stderr.splitlines()
+            if "cleaned up after a runner that was killed: " in line]
+    assert said == [f"killed process group {fio.pid}", *restores[::-1], f"unmounted {workdir / 'mnt'}",
+                    f"removed {workdir}", f"detached {device}", f"removed {loop_dir}/storetune-{killed.pid}-0.img"]
+    assert "still in effect" not in after.stderr
+    assert not fio.alive() and group(killed.pid) == [] and group(fio.pid) == []
+    assert leftovers(loop_dir) == NOTHING  # no loop device, mount, process, image, work folder or setup log
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (recorded with a start time no live process has)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def write_state(pid: int, *entries: dict) -> Path:
+    state = Path(os.environ["STORETUNE_STATE_DIR"])
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / f"device-{pid}-0-0.json"
+    path.write_text(json.dumps({"pid": pid, "start": "0", "entries": [{"id": i, **e} for i, e in enumerate(entries)]}))
+    return path
+
+
+class Refusing(Shell):
+    """Runs commands for real, except the ones it refuses as a busy system would."""
+
+    def __init__(self, *refused: str):
+        super().__init__()
+        self.refused = refused
+
+    def run(self, argv, *, timeout=None, check=True):
+        if argv[0] in self.refused:
+            return Result(tuple(argv), 32, "", f"{argv[0]}: {argv[-1]}: target is busy.\n", 0.0)
+        return super().run(argv, timeout=timeout, check=check)
+
+
+def test_the_reaper_keeps_what_it_could_not_undo_and_says_so(loop_dir, tmp_path):
+    not_a_setting = tmp_path / "scheduler"
+    not_a_setting.mkdir()  # a write to it fails, as the kernel's refusal would
+    busy = tmp_path / "busy"
+    (busy / "inside").mkdir(parents=True)
+    path = write_state(dead_pid(), {"kind": "sysfs", "path": str(not_a_setting), "original": "mq-deadline"},
+                       {"kind": "sysfs", "path": "/sys/block/loop999/queue/scheduler", "original": "none"},
+                       {"kind": "file", "path": str(busy)}, {"kind": "file", "path": str(tmp_path / "gone.img")})
+    garbage = path.with_name("device-1-0-0.json")
+    garbage.write_text('{"pid": 1, "entr')  # written by something else, or a disk that failed
+    reaped = reap(Shell())
+    assert reaped.done == []  # the vanished sysfs node and file left nothing to undo
+    assert reaped.failed == [f"could not read {garbage}: Unterminated string starting at: line 1 column 12 (char 11);"
+                             " left in place, nothing it records was undone",
+                             f"could not remove {busy}: Is a directory",
+                             f"could not restore {not_a_setting} = mq-deadline: Is a directory"]
+    assert [e["path"] for e in json.loads(path.read_text())["entries"]] == [str(not_a_setting), str(busy)]
+    assert garbage.exists()
+    not_a_setting.rmdir()  # its device went away: nothing left to undo
+    shutil.rmtree(busy)
+    garbage.unlink()
+    assert reap(Shell()) == Reaped() and state_files() == []
+
+
+def test_the_work_folder_is_reaped_only_after_its_mount_and_never_through_a_symlink(loop_dir, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not the runner's")
+    workdir = loop_dir / "run-4242"
+    (workdir / "mnt").mkdir(parents=True)
+    (workdir / "varmail.fio").write_text("[global]\n")
+    (workdir / "to-outside").symlink_to(outside)
+    (workdir / "to-keep").symlink_to(outside / "keep")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(workdir / "mnt")], check=True)
+    try:
+        (workdir / "mnt" / "data").write_text("on the mounted file system")
+        path = write_state(dead_pid(), {"kind": "tree", "path": str(workdir)},
+                           {"kind": "mount", "path": str(workdir / "mnt"), "device": "tmpfs"})
+        reaped = reap(Refusing("umount"))
+        assert reaped.failed == [f"could not unmount {workdir / 'mnt'}: umount: {workdir / 'mnt'}: target is busy.",
+                                 f"could not remove {workdir}: {workdir / 'mnt'} is still mounted"]
+        assert (workdir / "mnt" / "data").exists() and len(json.loads(path.read_text())["entries"]) == 2
+        reaped = reap(Shell())
+        assert reaped == Reaped(done=[f"unmounted {workdir / 'mnt'}", f"removed {workdir}"])
+    finally:
+        if (workdir / "mnt").is_mount():
+            subprocess.run(["umount", str(workdir / "mnt")], check=True)
+    assert not workdir.exists() and (outside / "keep").read_text() == "not the runner's"
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_a_loop_device_that_stays_attached_stays_recorded(loop_dir):
+    image = loop_dir / "storetune-4242-0.img"
+    subprocess.run(["truncate", "-s", "1M", str(image)], check=True)
+    device = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    try:  # killed after losetup attached it, before the runner knew which device it was
+        write_state(dead_pid(), {"kind": "file", "path": str(image)},
+                    {"kind": "loop", "file": str(image), "device": None})
+        reaped = reap(Refusing("losetup"))
+        assert reaped.failed == [f"could not detach {device} ({image}): losetup: {device}: target is busy."]
+        assert reaped.done == [f"removed {image}"]  # the kernel keeps the deleted file while it is attached
+        assert reap(Shell()) == Reaped(done=[f"detached {device}"])
+    finally:
+        if _read(Path("/sys/block") / Path(device).name / "loop" / "backing_file").startswith(str(image)):
+            subprocess.run(["losetup", "-d", device], check=True)
     assert leftovers(loop_dir) == NOTHING
 
 
