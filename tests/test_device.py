@@ -6,12 +6,14 @@ take a few seconds each. Select them with `-m device`, skip them with `-m "not d
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,8 @@ import pytest
 from conftest import ROOT
 from runners import Status, make_runner
 from runners.device.safety import UnsafeDevice, check_block_device
+from runners.device.shell import Result, Shell
+from runners.device.state import Reaped, reap
 from runners.device.target import DeviceError
 
 pytestmark = [
@@ -29,15 +33,94 @@ pytestmark = [
 ]
 
 
-def snapshot() -> dict[str, object]:
-    """What must be the same before and after: mounts, loop devices, StoreTune's state files."""
-    mounts = [line for line in Path("/proc/mounts").read_text().splitlines() if line.startswith("/dev/loop")]
-    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-    return {"mounts": mounts, "loops": sorted(line for line in loops.splitlines() if "storetune-" in line)}
+NOTHING = {"loops": [], "mounts": [], "processes": [], "files": [], "state": []}
+
+
+def leftovers(loop_dir: Path) -> dict[str, list]:
+    """What this test's runners left behind, and only that (other StoreTunes may be measuring on this
+    machine): loop devices over a file in its loop directory, mounts under it, processes naming it,
+    files in it, and entries in its private state directory."""
+    here = f"{os.path.realpath(loop_dir)}/"
+    loops = sorted(f"/dev/{node.name}" for node in Path("/sys/block").glob("loop*")
+                   if _read(node / "loop" / "backing_file").startswith(here))
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    processes = [int(cmdline.parent.name) for cmdline in Path("/proc").glob("[0-9]*/cmdline")
+                 if here.encode() in _read_bytes(cmdline)]
+    files = sorted(str(p.relative_to(loop_dir)) for p in loop_dir.rglob("*")) if loop_dir.exists() else []
+    state = Path(os.environ["STORETUNE_STATE_DIR"])
+    return {"loops": loops, "mounts": [m for m in mounts if f"{m}/".startswith(here)], "processes": processes,
+            "files": files, "state": sorted(p.name for p in state.iterdir()) if state.exists() else []}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    start: str
+
+    def alive(self) -> bool:
+        """Running (a zombie is dead: killed, its files closed, waiting for a parent to collect it)."""
+        fields = _read(Path(f"/proc/{self.pid}/stat")).rsplit(")", 1)[-1].split()
+        return len(fields) > 19 and fields[19] == self.start and fields[0] != "Z"
+
+
+def fio_of(workdir: Path, run: subprocess.Popen, timeout_s: float = 120) -> Process:
+    """The fio a runner started on a job file in its work folder, once it runs (and a second more, so
+    that it is measuring, past laying out its files)."""
+    prefix = f"{workdir}/".encode()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert run.poll() is None, f"the run ended ({run.returncode}) before fio started"
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            argv = _read_bytes(cmdline).split(b"\0")
+            job = [a for a in argv[1:] if a.startswith(prefix) and a.endswith(b".fio")]
+            if job and os.path.basename(argv[0]) == b"fio":
+                pid = int(cmdline.parent.name)
+                time.sleep(1.0)
+                return Process(pid, _start_time(pid) or "gone")
+        time.sleep(0.1)
+    raise AssertionError(f"no fio ran on a job file in {workdir} within {timeout_s:g} s")
+
+
+def group(pgid: int) -> list[int]:
+    """The live processes of a process group."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        fields = _read(stat).rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
 
 
 def scheduler(device: str) -> str:
     return Path(f"/sys/block/{Path(device).name}/queue/scheduler").read_text().strip()
+
+
+def state_files() -> list[Path]:
+    return sorted(Path(os.environ["STORETUNE_STATE_DIR"]).glob("device-*.json"))
+
+
+def queue_settings(device: str) -> dict[str, str]:
+    queue = Path(f"/sys/block/{Path(device).name}/queue")
+    return {name: (queue / name).read_text().strip() for name in ("scheduler", "read_ahead_kb", "nr_requests")}
 
 
 @pytest.fixture
@@ -53,7 +136,6 @@ def runner(loop_dir: Path, **kw):
 
 @pytest.mark.parametrize("fs", ["ext2", "ext3", "ext4", "xfs", "btrfs"])
 def test_each_file_system_is_built_measured_and_torn_down(loop_dir, fs):
-    before = snapshot()
     r = runner(loop_dir)
     config = r.space.validate({"fs": fs, "io_scheduler": "mq-deadline"}, fill_defaults=True)
     m = r.run(config, r.workload, seed=1)
@@ -61,22 +143,31 @@ def test_each_file_system_is_built_measured_and_torn_down(loop_dir, fs):
     assert m.metrics["ops_per_s"] > 0 and m.metrics["lat_p99_us"] > 0
     assert m.env["engine"] == "fio" and m.env["loop_direct_io"] is True and m.env["fio_version"]
     assert m.env["kernel"] and m.env["device_size_bytes"] == 512 * 2**20 and m.env["loop_backing_fs"]
-    assert snapshot()["mounts"] == before["mounts"]  # unmounted after the run
+    left = leftovers(loop_dir)
+    assert left["mounts"] == [] and left["processes"] == [] and len(left["loops"]) == 1  # unmounted after the run
     r.close()
-    assert snapshot() == before
+    assert leftovers(loop_dir) == NOTHING  # its loop device, image, work folder and setup log are gone
 
 
-def test_the_scheduler_is_switched_then_restored(loop_dir):
+def test_the_scheduler_is_switched_then_restored(loop_dir, caplog):
     r = runner(loop_dir)
     device = r.target().device
-    original = scheduler(device)
+    original = queue_settings(device)
     config = r.space.validate({"fs": "ext4", "io_scheduler": "bfq", "read_ahead_kb": 16, "nr_requests": 64},
                               fill_defaults=True)
     m = r.run(config, r.workload, seed=2)
     assert m.status is Status.SUCCEEDED, m.reason
     assert m.env["queue"] == {"scheduler": "bfq", "read_ahead_kb": "16", "nr_requests": "64"}
-    assert scheduler(device) == original
+    assert queue_settings(device) == original
+    # the original nr_requests (256) is refused under 'none' until the original scheduler is back
+    config = r.space.validate({"fs": "ext4", "io_scheduler": "none", "nr_requests": 32}, fill_defaults=True)
+    m = r.run(config, r.workload, seed=2)
+    assert m.status is Status.SUCCEEDED, m.reason
+    assert queue_settings(device) == original and "could not restore" not in caplog.text
+    [log] = state_files()  # nothing recorded but the loop device, its file and the work folder
+    assert [e["kind"] for e in json.loads(log.read_text())["entries"]] == ["file", "loop", "tree"]
     r.close()
+    assert leftovers(loop_dir) == NOTHING
 
 
 def test_a_setting_the_kernel_refuses_is_invalid(loop_dir):
@@ -87,6 +178,7 @@ def test_a_setting_the_kernel_refuses_is_invalid(loop_dir):
     assert m.status is Status.INVALID
     assert "the kernel refused nr_requests=256" in m.reason
     r.close()
+    assert leftovers(loop_dir) == NOTHING
 
 
 def test_a_file_system_mkfs_refuses_is_invalid(loop_dir):
@@ -94,18 +186,19 @@ def test_a_file_system_mkfs_refuses_is_invalid(loop_dir):
     config = r.space.validate({"fs": "xfs", "xfs_agcount": 16, "block_size": 1024}, fill_defaults=True)
     m = r.run(config, r.workload, seed=4)
     r.close()
+    assert leftovers(loop_dir) == NOTHING
     if m.status is Status.SUCCEEDED:
         pytest.skip("this mkfs.xfs accepts 16 allocation groups of 18 MiB")
     assert m.status is Status.INVALID and m.reason.startswith("mkfs.xfs refused:")
 
 
 def test_a_timeout_tears_down(loop_dir):
-    before = snapshot()
     r = runner(loop_dir, runtime_s=30, timeout_s=3)
     m = r.run(r.space.default(), r.workload, seed=5)
     assert m.status is Status.TIMEOUT
+    assert leftovers(loop_dir)["processes"] == []  # fio was killed with its process group
     r.close()
-    assert snapshot() == before
+    assert leftovers(loop_dir) == NOTHING
 
 
 def test_block_devices_must_be_allow_listed_unused_and_resolved_once(loop_dir, tmp_path):
@@ -134,8 +227,7 @@ def _root_disk() -> str:
 
 
 def test_sigkill_mid_run_is_reaped_by_the_next_start(loop_dir, tmp_path):
-    state = os.environ["STORETUNE_STATE_DIR"]
-    before = snapshot()
+    state = Path(os.environ["STORETUNE_STATE_DIR"])
     script = tmp_path / "victim.py"
     script.write_text(
         "from runners import make_runner\n"
@@ -143,36 +235,177 @@ def test_sigkill_mid_run_is_reaped_by_the_next_start(loop_dir, tmp_path):
         "loop_size_mib=512, fileset_mib=32)\n"
         "r.run(r.space.validate({'fs': 'ext4', 'io_scheduler': 'kyber'}, fill_defaults=True), r.workload, seed=1)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_STATE_DIR": state}
-    victim = subprocess.Popen([sys.executable, str(script)], env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(str(loop_dir) in m for m in snapshot()["mounts"]):
-        time.sleep(0.1)
-    time.sleep(1.0)  # fio is running on the mounted file system
-    device = next(line.split()[0] for line in snapshot()["mounts"] if str(loop_dir) in line)
-    assert scheduler(device).find("[kyber]") >= 0
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert snapshot() != before  # it left a mount and a loop device behind
-    assert list(Path(state).glob("device-*.json"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    victim = subprocess.Popen([sys.executable, str(script)], env=env, start_new_session=True)
+    try:
+        fio = fio_of(loop_dir / f"run-{victim.pid}", victim)
+        [device] = leftovers(loop_dir)["loops"]
+        assert "[kyber]" in scheduler(device)
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+    left = leftovers(loop_dir)
+    assert left["mounts"] and left["loops"] and fio.pid in left["processes"]  # it left all that behind
+    assert list(state.glob(f"device-{victim.pid}-*.json"))
     survivor = runner(loop_dir)  # the next start reaps
-    after = snapshot()
-    assert after["mounts"] == before["mounts"]
-    assert not [line for line in after["loops"] if f"storetune-{victim.pid}-" in line]
-    assert not list(Path(state).glob(f"device-{victim.pid}.json"))
+    left = leftovers(loop_dir)
+    assert left["mounts"] == [] and left["processes"] == [] and not fio.alive() and not group(victim.pid)
+    assert [d for d in left["loops"] if f"storetune-{victim.pid}-" in Path(d).name] == []
+    assert [f for f in left["files"] if str(victim.pid) in f] == []  # its image and its work folder
+    assert not list(state.glob(f"device-{victim.pid}-*.json"))
     survivor.close()
-    assert snapshot() == before
+    assert leftovers(loop_dir) == NOTHING
+
+
+@pytest.mark.slow
+def test_a_tune_killed_mid_benchmark_leaves_nothing_after_the_next_start(loop_dir, tmp_path):
+    """A real `storetune tune` on a loop device, SIGKILLed while fio measures: the next start kills its
+    fio, restores the queue settings it changed, unmounts, removes the work folder, detaches the loop
+    device and removes its image; its setup log is gone."""
+    from conftest import STORETUNE, run_cli
+
+    state = Path(os.environ["STORETUNE_STATE_DIR"])
+    tune = ["tune", "--runner", "device", "--loop-dir", str(loop_dir), "--loop-size-mib", "320", "--fileset-mib",
+            "16", "--workload", "varmail", "--fix", "fs=ext4", "--fix", "io_scheduler=bfq", "--fix",
+            "read_ahead_kb=16", "--fix", "nr_requests=64", "--budget", "1", "--seed", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'h.sqlite'}"}
+    with open(tmp_path / "killed.err", "w") as err:
+        killed = subprocess.Popen([*STORETUNE, *tune, "--runtime", "60"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=err, start_new_session=True)
+    workdir = loop_dir / f"run-{killed.pid}"
+    try:
+        fio = fio_of(workdir, killed)
+        [device] = leftovers(loop_dir)["loops"]
+        assert queue_settings(device) == {"scheduler": "none mq-deadline kyber [bfq]", "read_ahead_kb": "16",
+                                          "nr_requests": "64"}
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)  # the runner's process group; fio has a session of its own
+        killed.wait()
+    assert fio.alive()  # the kill left the benchmark running, on a mounted file system
+    left = leftovers(loop_dir)
+    assert left["loops"] == [device] and left["mounts"] == [str(workdir / "mnt")]
+    assert {"run-" + str(killed.pid), f"storetune-{killed.pid}-0.img"} <= set(left["files"])
+    [log] = state.glob(f"device-{killed.pid}-*.json")
+    restores = [f"restored {e['path']} = {e['original']}" for e in json.loads(log.read_text())["entries"]
+                if e["kind"] == "sysfs"]
+    assert len(restores) == 3  # undone last first
+
+    after = run_cli(*tune, "--runtime", "1", env={"STORETUNE_DATABASE_URL": env["STORETUNE_DATABASE_URL"]})
+    assert after.returncode == 0, after.stderr  # the next start reaps, then measures and closes its own
+    said = [line.split("cleaned up after a runner that was killed: ", 1)[1] for line in after.stderr.splitlines()
+            if "cleaned up after a runner that was killed: " in line]
+    assert said == [f"killed process group {fio.pid}", *restores[::-1], f"unmounted {workdir / 'mnt'}",
+                    f"removed {workdir}", f"detached {device}", f"removed {loop_dir}/storetune-{killed.pid}-0.img"]
+    assert "still in effect" not in after.stderr
+    assert not fio.alive() and group(killed.pid) == [] and group(fio.pid) == []
+    assert leftovers(loop_dir) == NOTHING  # no loop device, mount, process, image, work folder or setup log
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (recorded with a start time no live process has)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def write_state(pid: int, *entries: dict) -> Path:
+    state = Path(os.environ["STORETUNE_STATE_DIR"])
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / f"device-{pid}-0-0.json"
+    path.write_text(json.dumps({"pid": pid, "start": "0", "entries": [{"id": i, **e} for i, e in enumerate(entries)]}))
+    return path
+
+
+class Refusing(Shell):
+    """Runs commands for real, except the ones it refuses as a busy system would."""
+
+    def __init__(self, *refused: str):
+        super().__init__()
+        self.refused = refused
+
+    def run(self, argv, *, timeout=None, check=True):
+        if argv[0] in self.refused:
+            return Result(tuple(argv), 32, "", f"{argv[0]}: {argv[-1]}: target is busy.\n", 0.0)
+        return super().run(argv, timeout=timeout, check=check)
+
+
+def test_the_reaper_keeps_what_it_could_not_undo_and_says_so(loop_dir, tmp_path):
+    not_a_setting = tmp_path / "scheduler"
+    not_a_setting.mkdir()  # a write to it fails, as the kernel's refusal would
+    busy = tmp_path / "busy"
+    (busy / "inside").mkdir(parents=True)
+    path = write_state(dead_pid(), {"kind": "sysfs", "path": str(not_a_setting), "original": "mq-deadline"},
+                       {"kind": "sysfs", "path": "/sys/block/loop999/queue/scheduler", "original": "none"},
+                       {"kind": "file", "path": str(busy)}, {"kind": "file", "path": str(tmp_path / "gone.img")})
+    garbage = path.with_name("device-1-0-0.json")
+    garbage.write_text('{"pid": 1, "entr')  # written by something else, or a disk that failed
+    reaped = reap(Shell())
+    assert reaped.done == []  # the vanished sysfs node and file left nothing to undo
+    assert reaped.failed == [f"could not read {garbage}: Unterminated string starting at: line 1 column 12 (char 11);"
+                             " left in place, nothing it records was undone",
+                             f"could not remove {busy}: Is a directory",
+                             f"could not restore {not_a_setting} = mq-deadline: Is a directory"]
+    assert [e["path"] for e in json.loads(path.read_text())["entries"]] == [str(not_a_setting), str(busy)]
+    assert garbage.exists()
+    not_a_setting.rmdir()  # its device went away: nothing left to undo
+    shutil.rmtree(busy)
+    garbage.unlink()
+    assert reap(Shell()) == Reaped() and state_files() == []
+
+
+def test_the_work_folder_is_reaped_only_after_its_mount_and_never_through_a_symlink(loop_dir, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not the runner's")
+    workdir = loop_dir / "run-4242"
+    (workdir / "mnt").mkdir(parents=True)
+    (workdir / "varmail.fio").write_text("[global]\n")
+    (workdir / "to-outside").symlink_to(outside)
+    (workdir / "to-keep").symlink_to(outside / "keep")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(workdir / "mnt")], check=True)
+    try:
+        (workdir / "mnt" / "data").write_text("on the mounted file system")
+        path = write_state(dead_pid(), {"kind": "tree", "path": str(workdir)},
+                           {"kind": "mount", "path": str(workdir / "mnt"), "device": "tmpfs"})
+        reaped = reap(Refusing("umount"))
+        assert reaped.failed == [f"could not unmount {workdir / 'mnt'}: umount: {workdir / 'mnt'}: target is busy.",
+                                 f"could not remove {workdir}: {workdir / 'mnt'} is still mounted"]
+        assert (workdir / "mnt" / "data").exists() and len(json.loads(path.read_text())["entries"]) == 2
+        reaped = reap(Shell())
+        assert reaped == Reaped(done=[f"unmounted {workdir / 'mnt'}", f"removed {workdir}"])
+    finally:
+        if (workdir / "mnt").is_mount():
+            subprocess.run(["umount", str(workdir / "mnt")], check=True)
+    assert not workdir.exists() and (outside / "keep").read_text() == "not the runner's"
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_a_loop_device_that_stays_attached_stays_recorded(loop_dir):
+    image = loop_dir / "storetune-4242-0.img"
+    subprocess.run(["truncate", "-s", "1M", str(image)], check=True)
+    device = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    try:  # killed after losetup attached it, before the runner knew which device it was
+        write_state(dead_pid(), {"kind": "file", "path": str(image)},
+                    {"kind": "loop", "file": str(image), "device": None})
+        reaped = reap(Refusing("losetup"))
+        assert reaped.failed == [f"could not detach {device} ({image}): losetup: {device}: target is busy."]
+        assert reaped.done == [f"removed {image}"]  # the kernel keeps the deleted file while it is attached
+        assert reap(Shell()) == Reaped(done=[f"detached {device}"])
+    finally:
+        if _read(Path("/sys/block") / Path(device).name / "loop" / "backing_file").startswith(str(image)):
+            subprocess.run(["losetup", "-d", device], check=True)
+    assert leftovers(loop_dir) == NOTHING
 
 
 def test_dry_run_touches_nothing(loop_dir, capsys):
-    before = snapshot()
     r = runner(loop_dir, dry_run=True, echo=print)
     m = r.run(r.space.validate({"fs": "btrfs", "btrfs_compress": "zstd"}, fill_defaults=True), r.workload, seed=1)
     r.close()
     out = capsys.readouterr().out
     assert "losetup --find --show --direct-io=on" in out and "mkfs.btrfs" in out and "compress=zstd" in out
     assert "fio --output-format=json" in out and "[global]" in out
-    assert snapshot() == before and not list(loop_dir.iterdir())
+    assert leftovers(loop_dir) == NOTHING
     assert m.status is Status.SUCCEEDED and m.metrics == {}
 
 
@@ -183,7 +416,6 @@ def test_replay_a_trace_on_a_loop_device(loop_dir, tmp_path):
     source = shared("heimdall_msr/msr.cut.per_10k.rw_20_80.105.trace.txt")
     head = tmp_path / "head.trace"
     head.write_text("".join(source.read_text().splitlines(keepends=True)[:400]))
-    before = snapshot()
     out = tmp_path / "replayed.csv"
     proc = run_cli("replay", "--trace", str(head), "--device", "loop", "--loop-dir", str(loop_dir),
                    "--loop-size-mib", "512", "--speed", "0", "--queue-depth", "4", "--out", str(out), "--json",
@@ -197,7 +429,7 @@ def test_replay_a_trace_on_a_loop_device(loop_dir, tmp_path):
     assert summary["wrapped_offsets"] == int((original.offset + original.size > 512 * 2**20).sum()) > 0
     assert summary["errors"] == 0
     assert "Traceback" not in proc.stderr  # no replayer thread died, even while closing its buffer
-    assert snapshot() == before
+    assert leftovers(loop_dir) == NOTHING
 
 
 def test_a_malformed_trace_is_one_line_naming_its_line(tmp_path):
@@ -214,6 +446,7 @@ def test_every_personality_runs_cleanly_under_fio(loop_dir, workload):
     r = runner(loop_dir, workload=workload, fileset_mib=256, loop_size_mib=1024)
     m = r.run(r.space.validate({"fs": "ext4"}, fill_defaults=True), r.workload, seed=1)
     r.close()
+    assert leftovers(loop_dir) == NOTHING
     assert m.status is Status.SUCCEEDED, m.reason  # a fio job that could not run fails the measurement
     assert m.metrics["read_ops_per_s"] > 0 and m.metrics["write_ops_per_s"] > 0
     assert m.env["timings_s"]["benchmark"] >= 2  # it ran for its whole runtime

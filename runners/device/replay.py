@@ -133,14 +133,14 @@ def replay_on_device(trace: Trace, *, device: str = "loop", allow_device: list[s
     """Set up the device (a fresh loop device by default), replay, and always tear down.
     In a dry run, print what would be done and return None."""
     from runners.device.shell import DryRunShell, Shell
-    from runners.device.state import SetupLog, reap
+    from runners.device.state import SetupLog, reap_and_say
     from runners.device.target import close_loop, open_block, open_loop, require_root
 
     shell = DryRunShell(echo) if dry_run else Shell()
     log = SetupLog(dry_run=dry_run)
     if not dry_run:
         require_root()
-        reap(shell)
+        reap_and_say(shell)
     if device == "loop":
         target = open_loop(shell, log, Path(loop_dir), loop_size_mib * 2**20)
     else:

@@ -15,7 +15,6 @@ import atexit
 import logging
 import os
 import platform
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,7 @@ from runners.device.engines import EngineOutputError, engine_env, engine_version
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
-from runners.device.state import SetupLog, is_mounted, reap
+from runners.device.state import SetupLog, is_mounted, reap_and_say, remove_tree
 from runners.device.target import (
     DeviceError,
     RefusedSetting,
@@ -66,10 +65,11 @@ class DeviceRunner(RunnerBase):
         self.log = SetupLog(dry_run=dry_run)
         self.shell: Shell = DryRunShell(echo) if dry_run else Shell(self.log)
         self._target: Target | None = None
+        self.workdir = self.loop_dir / f"run-{os.getpid()}"  # job files, reports and the mount point
+        self._workdir_entry: int | None = None
         if not dry_run:
             self._check_prerequisites()
-            for line in reap(self.shell):
-                logger.warning("cleaned up after a runner that was killed: %s", line)
+            reap_and_say(self.shell)
             atexit.register(self.close)
             self.target()  # set the device up now: its errors come before a campaign writes anything
         self.workload = Workload(engine, workload, {
@@ -108,12 +108,14 @@ class DeviceRunner(RunnerBase):
                "runtime_s": self.runtime_s}
         if config.get("journal_mode") == "journal":
             env["note"] = "data=journal turns O_DIRECT into buffered I/O"
-        workdir = self.loop_dir / f"run-{os.getpid()}"
+        workdir = self.workdir
         mountpoint = workdir / "mnt"
         started = time.monotonic()
         timings = env["timings_s"] = {}
         mounted = queue = None
         try:
+            if self._workdir_entry is None:  # recorded before it exists: the reaper removes it
+                self._workdir_entry = self.log.record("tree", path=str(workdir))
             if not self.shell.dry_run:
                 mountpoint.mkdir(parents=True, exist_ok=True)
             mkfs = self.shell.run(plan.mkfs_argv(target.device), check=False, timeout=SETUP_TIMEOUT_S)
@@ -171,7 +173,11 @@ class DeviceRunner(RunnerBase):
     def _unmount(self, mountpoint: str, entry: int) -> None:
         result = self.shell.run(["umount", mountpoint], check=False, timeout=120)
         if not result.ok and not self.shell.dry_run and is_mounted(mountpoint):
-            self.shell.run(["umount", "-l", mountpoint], check=False, timeout=60)  # a straggler holds it open
+            result = self.shell.run(["umount", "-l", mountpoint], check=False, timeout=60)  # a straggler holds it
+        if not self.shell.dry_run and is_mounted(mountpoint):  # kept in the setup log: the next start tries again
+            logger.warning("could not unmount %s: %s (the next start tries again)", mountpoint,
+                           (result.tail() or "still mounted").splitlines()[0])
+            return
         self.log.done(entry)
 
     # --- the device -------------------------------------------------------------------------------
@@ -184,13 +190,26 @@ class DeviceRunner(RunnerBase):
         return self._target
 
     def close(self) -> None:
-        """Detach the loop device and remove its file (also called at exit)."""
+        """Remove the work folder, detach the loop device and remove its file (also called at exit).
+        What cannot be undone stays in the setup log, for the next start, and is said."""
+        entry, self._workdir_entry = self._workdir_entry, None
+        if entry is not None and self._remove_workdir():
+            self.log.done(entry)
         if self._target is not None and self._target.kind == "loop":
             close_loop(self.shell, self.log, self._target)
         self._target = None
-        workdir = self.loop_dir / f"run-{os.getpid()}"
-        if not self.shell.dry_run and workdir.exists():
-            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _remove_workdir(self) -> bool:
+        if self.shell.dry_run:
+            return True
+        try:
+            remove_tree(self.workdir)  # never while its mount is still there: the reaper then removes it
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            logger.warning("could not remove %s: %s (the next start tries again)", self.workdir, e.strerror or e)
+            return False
+        return True
 
     def environment(self) -> dict[str, Any]:
         """Kernel and tool versions, read once."""

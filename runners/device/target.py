@@ -15,7 +15,7 @@ from typing import Any
 
 from runners.device.safety import UnsafeDevice, check_block_device
 from runners.device.shell import Shell
-from runners.device.state import SetupLog
+from runners.device.state import SetupLog, loop_detached
 
 logger = logging.getLogger(__name__)
 QUEUE_ATTRIBUTES = ("scheduler", "read_ahead_kb", "nr_requests")  # in the order they are set
@@ -103,8 +103,14 @@ def open_loop(shell: Shell, log: SetupLog, directory: Path, size_bytes: int) -> 
 
 
 def close_loop(shell: Shell, log: SetupLog, target: Target) -> None:
+    """Detach the loop device and remove its file. If it stays attached, both stay in the setup log
+    (the next start detaches it and removes the file) and that is said."""
     file_entry, loop_entry = target.entries
-    shell.run(["losetup", "-d", target.device], check=False, timeout=60)
+    result = shell.run(["losetup", "-d", target.device], check=False, timeout=60)
+    if not shell.dry_run and not loop_detached(target.device, str(target.backing_file)):
+        logger.warning("could not detach %s (%s): %s (the next start tries again)", target.device,
+                       target.backing_file, result.tail() or "still in use")
+        return
     log.done(loop_entry)
     if shell.dry_run:
         shell.run(["rm", "-f", str(target.backing_file)])
@@ -143,7 +149,8 @@ def apply_queue(shell: Shell, log: SetupLog, target: Target, settings: Mapping[s
             continue
         path = target.queue(attribute)
         original = current_queue_value(shell, path)
-        applied.append(QueueChange(log.record("sysfs", path=str(path), original=original), path, original))
+        entry = log.record("sysfs", path=str(path), original=original, backing_file=target.backing_file)
+        applied.append(QueueChange(entry, path, original))
         try:
             shell.write(path, str(settings[attribute]))
         except OSError as e:
@@ -156,14 +163,25 @@ def apply_queue(shell: Shell, log: SetupLog, target: Target, settings: Mapping[s
 
 
 def restore_queue(shell: Shell, log: SetupLog, applied: list[QueueChange]) -> None:
-    """Put the queue settings back, the last one set first (nr_requests depends on the scheduler)."""
-    for change in reversed(applied):
-        if change.original:
-            try:
-                shell.write(change.path, change.original)
-            except OSError as e:  # e.g. an nr_requests the restored scheduler does not allow
-                logger.warning("could not restore %s to %s: %s", change.path, change.original, e.strerror)
-        log.done(change.entry)
+    """Put the queue settings back, the last one set first; one that fails is tried again after the
+    others (an nr_requests the new scheduler refused, which the original scheduler allows). One that
+    still fails stays in the setup log, so the next start tries again, and is said."""
+    failed = [change for change in reversed(applied) if _restore(shell, log, change) is not None]
+    for change in failed:
+        error = _restore(shell, log, change)
+        if error is not None:
+            logger.warning("could not restore %s = %s: %s (the next start tries again)", change.path,
+                           change.original, error.strerror or error)
+
+
+def _restore(shell: Shell, log: SetupLog, change: QueueChange) -> OSError | None:
+    if change.original:
+        try:
+            shell.write(change.path, change.original)
+        except OSError as e:
+            return e
+    log.done(change.entry)
+    return None
 
 
 def current_queue_value(shell: Shell, path: Path) -> str:
