@@ -93,7 +93,7 @@ def sweep(
                                               fileset_mib=fileset_mib))
     spec = SweepSpec(out=out, device=settings, workloads=workloads_of(workloads, list(PERSONALITIES)),
                      repeats=repeats, per_stratum=per_stratum, seed=seed, command=["storetune", *sys.argv[1:]])
-    history = open_history(db)
+    history = open_history(db, migrate=True)
     state: dict[str, Any] = {}
 
     def started(workload: str, campaign: Campaign) -> None:

@@ -1,7 +1,9 @@
-"""The schema's migrations: processes that open a new history at once, on SQLite and on a real PostgreSQL."""
+"""The schema's migrations: processes that open a new history at once, readers that never migrate,
+and `storetune db upgrade`, on SQLite and on a real PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -10,15 +12,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import alembic.command
+import alembic.config
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from conftest import BACKENDS, ROOT
+from conftest import BACKENDS, ROOT, run_cli
 from tuner import History
-from tuner.history import make_engine, schema_revision, upgrade_schema
+from tuner.history import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 from tuner.models import Base
 
 HEAD = "0004"
@@ -112,4 +115,61 @@ def test_a_writer_that_finds_the_newest_schema_runs_no_migration(history_url: st
     monkeypatch.setattr(alembic.command, "upgrade", upgrade)
     assert upgrade_schema(engine) == (HEAD, HEAD)
     History(history_url).close()
+    engine.dispose()
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_a_reader_refuses_an_old_schema_until_db_upgrade(history_url: str):
+    engine = make_engine(history_url)
+    with engine.begin() as connection:  # a history an older StoreTune made
+        config = alembic.config.Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        alembic.command.upgrade(config, "0003")
+
+    line = one_error_line(run_cli("campaigns", db=history_url))
+    assert "schema revision 0003, older than this StoreTune's 0004" in line and "`storetune db upgrade`" in line
+    with pytest.raises(SchemaError, match="storetune db upgrade"):
+        History(history_url, migrate=False)
+    with engine.connect() as connection:
+        assert schema_revision(connection) == "0003"  # the readers changed nothing
+
+    upgraded = run_cli("db", "upgrade", db=history_url, check=True)
+    assert "schema revision 0003 -> 0004" in upgraded.stdout
+    assert run_cli("campaigns", db=history_url, check=True).returncode == 0
+    assert "schema revision 0004, already the newest" in run_cli("db", "upgrade", db=history_url, check=True).stdout
+    engine.dispose()
+
+
+def test_a_reader_of_a_file_that_does_not_exist_creates_nothing(tmp_path: Path):
+    path = tmp_path / "typo" / "history.sqlite"
+    line = one_error_line(run_cli("trials", "1", db=f"sqlite:///{path}"))
+    assert f"no history at sqlite:///{path}: the file does not exist" in line
+    assert not path.parent.exists()
+
+
+def test_a_reader_of_an_empty_database_says_there_is_no_history(history_url: str):
+    engine = make_engine(history_url)
+    with engine.connect():  # the database exists (SQLite: an empty file), with no schema in it
+        pass
+    with pytest.raises(SchemaError, match=r"^no history at .*: the database has no StoreTune schema .*storetune db upgrade"):
+        History(history_url, migrate=False)
+    engine.dispose()
+
+
+def test_a_schema_newer_than_the_code_is_refused_by_readers_and_writers(history_url: str):
+    History(history_url).close()
+    engine = make_engine(history_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    newer = "schema revision 0099, newer than this StoreTune knows (its newest is 0004): upgrade StoreTune"
+    for migrate in (True, False):
+        with pytest.raises(SchemaError, match=re.escape(newer)):
+            History(history_url, migrate=migrate)
+    assert newer in one_error_line(run_cli("db", "upgrade", db=history_url))
     engine.dispose()
