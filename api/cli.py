@@ -29,6 +29,7 @@ from api.common import (
     JsonOption,
     UserError,
     console,
+    database_url,
     err,
     executor_for,
     literal,
@@ -45,6 +46,7 @@ from search_spaces import Config, format_config, list_spaces, load_space
 from tuner import ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, best_trial
 from tuner.analysis import held_out, table_rank
 from tuner.campaign import WARM_STARTS
+from tuner.history import SchemaError, make_engine, upgrade_schema
 
 app = typer.Typer(
     add_completion=False,
@@ -73,6 +75,8 @@ app.command()(devices.replay)
 app.command()(devices.sweep)
 app.command()(offline.compare)
 app.add_typer(admission.app, name="admission")
+db_app = typer.Typer(no_args_is_help=True, help="The history's database: upgrade its schema.")
+app.add_typer(db_app, name="db")
 
 
 def main() -> None:
@@ -88,7 +92,7 @@ def main() -> None:
     warnings.showwarning = show
     try:
         app()
-    except (UserError, ValueError, LookupError, OSError) as e:
+    except (UserError, SchemaError, ValueError, LookupError, OSError) as e:
         message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
         err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -166,7 +170,7 @@ def tune(
     if dry_run:
         show_dry_run(spec)
         return
-    history = open_history(db)
+    history = open_history(db, migrate=True)
     executor = executor_for(executor_kind, parallel, max_retries)
     try:
         if spec is None:
@@ -242,6 +246,8 @@ def serve(
     if data_dir:
         overrides["data_dirs"] = ":".join(data_dir)
     settings = ServiceSettings(**overrides)
+    # migrated here, not first in the app's startup, so a history this StoreTune cannot use is one line
+    open_history(settings.database_url, migrate=True).close()
     import logging
 
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
@@ -261,7 +267,7 @@ def trials(
     db: DbOption = None,
 ) -> None:
     """Every trial of a campaign: configuration, status, value and reason."""
-    history = open_history(db)
+    history = open_history(db, migrate=False)
     record = history.campaign(campaign)
     rows = history.trials(campaign)
     if fmt == "table":
@@ -286,7 +292,7 @@ def _trial_dict(t: Any) -> dict[str, Any]:
 @app.command()
 def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOption = None, as_json: JsonOption = False) -> None:
     """The best configuration a campaign found."""
-    history = open_history(db)
+    history = open_history(db, migrate=False)
     record = history.campaign(campaign)
     rows = history.trials(campaign, measurements=True)
     top = best_trial(rows, record.objective_direction)
@@ -340,7 +346,7 @@ def report(
 
     if (campaign is None) == (comparison is None):
         raise UserError("report needs a campaign id, or --comparison ID")
-    history = open_history(db)
+    history = open_history(db, migrate=False)
     if campaign is not None:
         if not 0 < within <= 1:
             raise UserError(f"--within must be in (0, 1], not {within}")
@@ -364,7 +370,7 @@ def importance(
     random-forest variance share, on the campaign's succeeded trials; most important first."""
     from tuner.importance import of_campaign
 
-    result = of_campaign(open_history(db), campaign, seed=seed)
+    result = of_campaign(open_history(db, migrate=False), campaign, seed=seed)
     if as_json:
         print(json.dumps(result))
         return
@@ -374,7 +380,25 @@ def importance(
 @app.command()
 def campaigns(db: DbOption = None) -> None:
     """The campaigns in the history."""
-    console.print(render.campaigns_table(open_history(db).campaigns()))
+    console.print(render.campaigns_table(open_history(db, migrate=False).campaigns()))
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Bring the history's schema to this StoreTune's newest revision, printing it before and after.
+
+    Commands that write the history (tune, compare, sweep, serve) migrate it themselves; those that
+    only read it (trials, best, report, importance, campaigns) never do, and ask for this command."""
+    engine = make_engine(database_url(db))
+    try:
+        before, after = upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    where = engine.url.render_as_string(hide_password=True)
+    if before == after:
+        console.print(f"{where}: schema revision {after}, already the newest", highlight=False)
+    else:
+        console.print(f"{where}: schema revision {before or 'none (no history yet)'} -> {after}", highlight=False)
 
 
 @app.command()

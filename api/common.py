@@ -38,8 +38,15 @@ class UserError(Exception):
     """Bad input: printed as one line, exit status 2."""
 
 
-def open_history(db: str | None) -> History:
-    return History(db or Settings().database_url)
+def database_url(db: str | None) -> str:
+    """``--db``, else $STORETUNE_DATABASE_URL, else the default SQLite file."""
+    return db or Settings().database_url
+
+
+def open_history(db: str | None, *, migrate: bool) -> History:
+    """The history of ``--db``. Commands that write it migrate its schema (under a lock); commands
+    that only read it pass ``migrate=False`` and refuse an old schema, naming `storetune db upgrade`."""
+    return History(database_url(db), migrate=migrate)
 
 
 def pairs(items: list[str], option: str) -> dict[str, str]:

@@ -115,7 +115,7 @@ def sweep(
     if dry_run:
         _sweep_dry_run(spec, plan(spec))
         return
-    history = open_history(db)
+    history = open_history(db, migrate=True)
     state: dict[str, Any] = {}
 
     def started(workload: str, campaign: Campaign) -> None:

@@ -50,7 +50,7 @@ def compare(
     from tuner.compare import CompareSpec, Comparison, Variant  # scipy: loaded only for this command
     if workers < 0:
         raise UserError(f"--workers must be 1 or more (0: one per core), not {workers}")
-    history = open_history(db)
+    history = open_history(db, migrate=True)
     spec = CompareSpec(
         runner_settings=table_settings(dataset, context, metric),
         variants=tuple(Variant.parse_list(algorithms)),

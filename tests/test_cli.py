@@ -75,7 +75,7 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--dataset", "/no/such.csv"], "no such dataset file or folder"),
         (["tune", "--runner", "fio"], "unknown runner 'fio'"),
         (["tune", "--resume", "77"], "no campaign 77"),
-        (["trials", "12"], "no campaign 12"),
+        (["trials", "12"], "the file does not exist"),  # a reader creates no history
         (["tune", "--dataset", "{bdbc}", "--algorithm", "ga", "--param", "mutation_rate=2"],
          "ga:mutation_rate='2': Input should be less than or equal to 1"),
         (["tune", "--dataset", "{bdbc}", "--algorithm", "bo", "--param", "acq=XX"], "bo:acq='XX': Input should be"),

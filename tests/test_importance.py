@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
+from tuner import History
 from tuner.importance import NA, common_values, importance, required_trials
 
 
@@ -121,6 +122,7 @@ def test_storetune_importance_on_a_replayed_table_compares_with_the_whole_table(
 
 
 def test_report_bad_input_is_one_line_and_an_empty_campaign_still_renders(sqlite_url, tmp_path):
+    History(sqlite_url).close()  # a history with no campaign (a reader refuses a file that does not exist)
     missing = run_cli("report", "999", "--out", str(tmp_path / "r.html"), db=sqlite_url)
     assert missing.returncode == 2 and missing.stderr.strip() == f"error: no campaign 999 in {sqlite_url}"
     missing = run_cli("report", "--comparison", "7", "--out", str(tmp_path / "r.html"), db=sqlite_url)

@@ -3,17 +3,24 @@
 A SQLite file by default (WAL, so readers such as ``storetune trials`` never block the campaign,
 whose driver is the only writer); PostgreSQL when the URL says so. Every state change is its own
 transaction, so a process killed at any instant leaves the history consistent.
+
+Writers migrate the schema when they open the history, under a lock (several processes may open a
+new history at once); readers never migrate: on a schema that is missing, older or newer than this
+code they refuse with one line (``SchemaError``) that says what to do.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import alembic.command
 import alembic.config
-from sqlalchemy import Engine, create_engine, event, func, insert, select, update
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -23,15 +30,35 @@ from tuner.models import CampaignRecord, ComparisonRecord, MeasurementRecord, Tr
 from tuner.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# The key of the PostgreSQL advisory lock that migrations take: the same in every StoreTune process.
+MIGRATION_LOCK = int.from_bytes(b"StoreTun", "big")
+UPGRADE_COMMAND = "storetune db upgrade"
+
+
+class SchemaError(Exception):
+    """The history is missing, or its schema is not the one this code reads; the message says what to do."""
 
 
 class History:
-    """Reads and writes the history at ``url`` (an SQLAlchemy URL), migrating it to the latest schema."""
+    """Reads and writes the history at ``url`` (an SQLAlchemy URL).
 
-    def __init__(self, url: str):
+    ``migrate=True`` (writers) brings the schema to the newest revision first, under a lock;
+    ``migrate=False`` (readers) changes nothing and raises ``SchemaError`` unless the schema is
+    exactly the newest (a SQLite file that does not exist is not created)."""
+
+    def __init__(self, url: str, *, migrate: bool = True):
+        if not migrate:
+            _refuse_a_missing_file(url)
         self.engine = make_engine(url)
         self.url = self.engine.url.render_as_string(hide_password=True)
-        migrate(self.engine)
+        try:
+            if migrate:
+                upgrade_schema(self.engine)
+            else:
+                check_schema(self.engine)
+        except BaseException:
+            self.engine.dispose()
+            raise
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def session(self) -> Session:
@@ -375,10 +402,78 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (a no-op when it is there already)."""
+def _alembic_config() -> alembic.config.Config:
     config = alembic.config.Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        alembic.command.upgrade(config, "head")
+    return config
+
+
+@functools.cache
+def _revisions() -> tuple[str, frozenset[str]]:
+    """This code's newest schema revision, and every revision it knows."""
+    script = ScriptDirectory.from_config(_alembic_config())
+    head = script.get_current_head()
+    assert head is not None, "tuner/migrations has no revision"
+    return head, frozenset(s.revision for s in script.walk_revisions())
+
+
+def schema_revision(connection: Connection) -> str | None:
+    """The revision the database's schema is at (None: no StoreTune schema); one this code does not
+    know is a ``SchemaError``."""
+    current = MigrationContext.configure(connection).get_current_revision()
+    head, known = _revisions()
+    if current is not None and current not in known:
+        url = connection.engine.url.render_as_string(hide_password=True)
+        raise SchemaError(f"the history at {url} has schema revision {current}, newer than this StoreTune knows "
+                          f"(its newest is {head}): upgrade StoreTune")
+    return current
+
+
+def upgrade_schema(engine: Engine) -> tuple[str | None, str]:
+    """Bring the schema to the newest revision; returns the revisions (before, after).
+
+    Several processes may open a new history at once (workers, a CLI beside the service): the
+    revision is read and the migrations run in one transaction that holds a lock, an exclusive
+    transaction on SQLite, an advisory lock on PostgreSQL, so the first migrates and the others
+    then find the newest revision and do nothing."""
+    head, _ = _revisions()
+    with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # pysqlite opens transactions itself, late (never before DDL) and only deferred; in its
+            # autocommit mode it leaves them to us (SQLAlchemy restores the mode when the connection returns)
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+        with connection.begin():
+            if connection.dialect.name == "sqlite":
+                connection.exec_driver_sql("BEGIN EXCLUSIVE")
+            elif connection.dialect.name == "postgresql":
+                connection.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK)))
+            before = schema_revision(connection)
+            if before != head:
+                config = _alembic_config()
+                config.attributes["connection"] = connection  # env.py runs on it, in this transaction
+                alembic.command.upgrade(config, "head")
+    return before, head
+
+
+def check_schema(engine: Engine) -> str:
+    """The schema's revision if it is this code's newest; else a ``SchemaError`` saying what to do."""
+    head, _ = _revisions()
+    with engine.connect() as connection:
+        current = schema_revision(connection)
+    url = engine.url.render_as_string(hide_password=True)
+    if current is None:
+        raise SchemaError(f"no history at {url}: the database has no StoreTune schema (a campaign creates it, "
+                          f"or `{UPGRADE_COMMAND}`)")
+    if current != head:
+        raise SchemaError(f"the history at {url} has schema revision {current}, older than this StoreTune's "
+                          f"{head}: run `{UPGRADE_COMMAND}` on it first")
+    return current
+
+
+def _refuse_a_missing_file(url: str) -> None:
+    """A reader does not create the SQLite file it was asked to read."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        if not Path(parsed.database).exists():
+            raise SchemaError(f"no history at {url}: the file does not exist (a campaign creates it; "
+                              "is --db or STORETUNE_DATABASE_URL the one you meant?)")
