@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
+from sqlalchemy.exc import SQLAlchemyError
 
 from api import admission, devices, offline, render
 from api.common import (
@@ -95,6 +96,11 @@ def main() -> None:
     except (UserError, SchemaError, ValueError, LookupError, OSError) as e:
         message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
         err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except SQLAlchemyError as e:  # an unreachable server, a file that is not a database: one line, not a traceback
+        cause = str(getattr(e, "orig", None) or e).strip().splitlines()
+        err.print(f"[bold red]error:[/] the history: {cause[0] if cause else type(e).__name__}", highlight=False,
+                  soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")

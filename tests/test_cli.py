@@ -124,3 +124,20 @@ def test_sweep_dry_run_prints_the_plan_and_touches_nothing(tmp_path: Path, sqlit
     assert first.startswith(f"# sweep into {out}: ") and "x 2 workloads (varmail, oltp) x 1 repeats = " in first
     assert "mkfs." in proc.stdout and "dry run: the commands of the first 1 of" in proc.stdout
     assert not out.exists() and not (tmp_path / "history.sqlite").exists()
+
+
+def test_a_history_that_is_not_a_database_is_one_line(tmp_path: Path):
+    garbage = tmp_path / "notes.sqlite"
+    garbage.write_text("not a database\n")
+    for args in (["campaigns"], ["tune", "--dataset", str(SHARED / "moot_configs/BDBC.csv"), "--budget", "2"]):
+        proc = run_cli(*args, "--db", f"sqlite:///{garbage}")
+        assert proc.returncode == 2 and proc.stderr.strip() == "error: the history: file is not a database"
+    assert garbage.read_text() == "not a database\n"
+
+
+def test_a_sqlite_history_under_home_is_opened_where_it_says(tmp_path: Path):
+    proc = run_cli("tune", "--dataset", str(SHARED / "moot_configs/BDBC.csv"), "--budget", "2", "--json",
+                   "--db", "sqlite:///~/h/history.sqlite", env={"HOME": str(tmp_path)}, check=True)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["database"] == f"sqlite:///{tmp_path}/h/history.sqlite"
+    assert (tmp_path / "h" / "history.sqlite").is_file() and not (tmp_path / "~").exists()
+    run_cli("campaigns", "--db", "sqlite:///~/h/history.sqlite", env={"HOME": str(tmp_path)}, check=True)

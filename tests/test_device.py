@@ -438,7 +438,7 @@ def test_a_malformed_trace_is_one_line_naming_its_line(tmp_path):
     bad = tmp_path / "bad.trace"
     bad.write_text("0.000 0 200626176 4096 0\n1.5 0 12 nope 1\n")
     proc = run_cli("replay", "--trace", str(bad), "--out", str(tmp_path / "o.csv"))
-    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {bad}: line 2: not a msr record: '1.5 0 12 nope 1'"
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {bad}: line 2: msr field size is 'nope', not an integer"
 
 
 @pytest.mark.parametrize("workload", ["fileserver", "varmail", "webserver", "oltp"])

@@ -144,10 +144,16 @@ def test_command_without_json_is_failed(tmp_path):
     assert m.status is Status.FAILED and "not a JSON object" in m.reason
 
 
-def test_command_that_does_not_exist_is_failed(tmp_path):
-    runner = make_runner("command", command="/no/such/benchmark --fast", space="storage_v1")
+def test_command_that_does_not_exist_is_refused_before_a_trial_and_failed_if_it_vanishes(tmp_path):
+    with pytest.raises(ValueError, match="--command: /no/such/benchmark: no such file"):
+        make_runner("command", command="/no/such/benchmark --fast", space="storage_v1")
+    script = tmp_path / "bench.sh"
+    script.write_text("#!/bin/sh\necho '{\"ops\": 1}'\n")
+    script.chmod(0o755)
+    runner = make_runner("command", command=f"{script} --fast", space="storage_v1")
+    script.unlink()  # gone after the campaign started: that trial fails, saying why
     m = runner.run(runner.space.default(), runner.workload, seed=0)
-    assert m.status is Status.FAILED and "cannot start /no/such/benchmark" in m.reason
+    assert m.status is Status.FAILED and f"cannot start {script}" in m.reason
 
 
 def test_a_failed_system_command_reads_error_first():

@@ -388,7 +388,8 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        parsed = parsed.set(database=str(Path(parsed.database).expanduser()))  # SQLite would open "~/" literally
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(parsed, connect_args={"timeout": 30})
 
     @event.listens_for(engine, "connect")
@@ -474,6 +475,6 @@ def _refuse_a_missing_file(url: str) -> None:
     """A reader does not create the SQLite file it was asked to read."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        if not Path(parsed.database).exists():
+        if not Path(parsed.database).expanduser().exists():
             raise SchemaError(f"no history at {url}: the file does not exist (a campaign creates it; "
                               "is --db or STORETUNE_DATABASE_URL the one you meant?)")
