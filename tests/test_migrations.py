@@ -26,7 +26,7 @@ from tuner.models import Base
 
 HEAD = "0004"
 OPENERS = 4
-ROUNDS = 3
+ROUNDS = 12  # the WAL switch failed about one round in 40 before it was retried: 12 rounds of 4 catch it often
 
 # One process of the race. It imports StoreTune first; then, for each new history, it says it is
 # ready and waits for the start file, so the processes open that history within a millisecond of

@@ -12,6 +12,8 @@ code they refuse with one line (``SchemaError``) that says what to do.
 from __future__ import annotations
 
 import functools
+import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -395,12 +397,27 @@ def make_engine(url: str) -> Engine:
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
     return engine
+
+
+def _wal(cursor: Any, patience_s: float = 30.0) -> None:
+    """Switch a new SQLite file to WAL. The switch needs the file to itself and SQLite answers "database
+    is locked" at once, without its busy timeout, while another process holds it (one that is creating
+    the schema of the same new history): so it is retried here, as the busy timeout would."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _alembic_config() -> alembic.config.Config:
