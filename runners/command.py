@@ -27,7 +27,6 @@ INVALID_EXIT_STATUS = 77
 STDERR_TAIL = 500  # characters of stderr kept as the reason of a failure
 
 
-SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1", "&>"}
 NO_SHELL = "the command runs as an argv, without a shell: for pipes, ';' or redirections use --command \"sh -c '...'\""
 
 
@@ -40,7 +39,9 @@ def _argv(command: str) -> list[str]:
         raise ValueError(f"--command {command!r}: {e}") from None
     if not argv:
         raise ValueError("--command is empty")
-    operator = next((a for a in argv if a in SHELL_OPERATORS or a.endswith(";")), None)
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)  # splits ; | & < > out, unless quoted
+    lexer.whitespace_split = True
+    operator = next((t for t in lexer if t and set(t) <= set(";&|<>()")), None)
     if operator:
         raise ValueError(f"--command {command!r}: {operator!r} is a shell operator, but {NO_SHELL}")
     program = argv[0]

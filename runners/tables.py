@@ -19,7 +19,6 @@ import csv
 import hashlib
 import io
 import json
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from runners.base import Direction, Status, Workload, guess_direction
+from runners.text import decode
 from search_spaces import Config, TableSpace, Value, infer_table_space, load_space
 
 # Columns that describe the setup a row was measured on, not a knob to tune.
@@ -38,7 +38,6 @@ CONTEXT_COLUMNS = ("workload_id", "machine_id", "disk_type", "workload", "device
 ATC18_LABELS = {"io_scheduler": {0: "cfq", 1: "deadline", 2: "noop"}}
 LONG_EXTRA = ("status", "reason")
 _NON_FINITE = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity")
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # no text file holds these
 
 
 class DatasetError(ValueError):
@@ -68,9 +67,15 @@ class Table:
         return next(iter(self.metrics))
 
     def means(self, metric: str) -> dict[Config, float]:
-        """The ground truth: each configuration's mean over its repeats."""
+        """The ground truth: each configuration's mean over its repeats that measured ``metric``
+        (a sweep leaves a metric its engine does not report empty); one that never did has none."""
         j = list(self.metrics).index(metric)
-        return {c: float(np.nanmean(rows[:, j])) for c, rows in self.repeats.items()}
+        out = {}
+        for c, rows in self.repeats.items():
+            measured = rows[:, j][np.isfinite(rows[:, j])]
+            if len(measured):
+                out[c] = float(measured.mean())
+        return out
 
     @property
     def workload(self) -> Workload:
@@ -173,6 +178,12 @@ def _manifest(path: Path) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True, eq=False)  # compared by identity: pandas compares attrs when it combines frames
+class _Origin:
+    paths: tuple[Path, ...]
+    rows: np.ndarray  # per row of the frame: (file index, line)
+
+
 def _read(paths: list[Path], metric: str | None) -> tuple[pd.DataFrame, str, dict[str, Any]]:
     """Every file's cells as stripped text, checked for shape; ``frame.attrs["origin"]`` gives each
     row's (file, line) for the messages of the checks that follow."""
@@ -187,7 +198,7 @@ def _read(paths: list[Path], metric: str | None) -> tuple[pd.DataFrame, str, dic
         header = header or columns
         origins.append(np.column_stack([np.full(len(lines), index), lines]))
     frame = pd.concat(frames, ignore_index=True)
-    frame.attrs["origin"] = (tuple(paths), np.vstack(origins))
+    frame.attrs["origin"] = _Origin(tuple(paths), np.vstack(origins))
     manifest_path = paths[0].parent / "manifest.json"
     manifest = _manifest(manifest_path) if manifest_path.is_file() else {}
     if "repeat" in header:
@@ -211,25 +222,15 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
     data = path.read_bytes()
     if not data.strip():
         raise DatasetError(f"{path}: the file is empty")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DatasetError(f"{path}: line {line}: not text (byte "
-                           f"{data[e.start]:#04x}); a table is a UTF-8 CSV file") from None
-    control = _CONTROL.search(text)
-    if control:
-        line = text.count("\n", 0, control.start()) + 1
-        raise DatasetError(f"{path}: line {line}: not text (character "
-                           f"{ord(control.group()):#04x}); a table is a UTF-8 CSV file")
+    text = decode(path, data, DatasetError, "a table is a UTF-8 CSV file")
     reader = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
     try:
         header = [c.strip() for c in next(reader)]
         _check_header(path, header)
         rows, lines = [], []
         for row in reader:
-            if not row:
-                continue  # a blank line
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # a blank line, or one of spaces
             if len(row) != len(header):
                 raise DatasetError(f"{path}: line {reader.line_num}: {len(row)} fields where the header has "
                                    f"{len(header)}: {_show(','.join(row))}")
@@ -268,6 +269,10 @@ def _split_columns(
                 )
             if metric in metrics:  # the chosen one first: it is the table's default metric
                 metrics = {metric: metrics[metric], **metrics}
+        clash = [c for c in objectives if c[:-1] in columns]
+        if clash:
+            raise DatasetError(f"{paths[0]}: line 1: columns {clash[0][:-1]!r} and {clash[0]!r} would both be "
+                               f"named {clash[0][:-1]!r}")
         frame = frame.rename(columns={c: c[:-1] for c in objectives})
         config_columns = [c for c in columns if c not in objectives]
     elif fmt == "wide":
@@ -278,13 +283,17 @@ def _split_columns(
         config_columns = [c for c in columns if c != "throughput"]
     else:
         at = columns.index("repeat")
-        config_columns = columns[:at]
+        config_columns = [c for c in columns[:at] if c not in LONG_EXTRA]
         names = [c for c in columns[at + 1 :] if c not in LONG_EXTRA]
         declared = manifest.get("metrics", {})
         metrics = {m: _direction(declared.get(m)) or guess_direction(m) for m in names}
     if not config_columns or not metrics:
         raise DatasetError(f"{paths[0]}: needs at least one configuration column and one metric column")
-    _check_cells(frame, config_columns, list(metrics), long=fmt == "long")
+    # an empty cell is "a parameter that does not apply" only in a sweep's table, whose space says which
+    _check_cells(frame, config_columns, list(metrics), empty_options=fmt == "long" and bool(manifest.get("space")),
+                 empty_metrics=fmt == "long")
+    if fmt == "long":
+        _check_repeats(frame, config_columns)
     return frame, config_columns, metrics
 
 
@@ -294,10 +303,11 @@ def _direction(declared: Any) -> Direction | None:
     return declared if declared in ("min", "max") else None
 
 
-def _check_cells(frame: pd.DataFrame, config_columns: list[str], metrics: list[str], long: bool) -> None:
+def _check_cells(frame: pd.DataFrame, config_columns: list[str], metrics: list[str], empty_options: bool,
+                 empty_metrics: bool) -> None:
     """Every cell where it belongs, numbers converted in place. A metric is a finite number (or, in
     the long format, empty: not measured); an option or setup column holds finite numbers or text,
-    not both, and no empty cell but in the long format (a parameter that does not apply)."""
+    not both, and no empty cell unless ``empty_options``."""
     for column in [*config_columns, *metrics]:
         text = frame[column].astype(str)
         numbers = pd.to_numeric(text, errors="coerce")
@@ -307,7 +317,7 @@ def _check_cells(frame: pd.DataFrame, config_columns: list[str], metrics: list[s
         bad = ~empty & ~finite & ~words  # nan, inf, -Infinity...
         if bad.any():
             _fail(frame, bad, column, "is {cell}, not a finite number")
-        if empty.any() and not long:
+        if empty.any() and not (empty_metrics if column in metrics else empty_options):
             _fail(frame, empty, column, "is empty")
         if column in metrics:
             if words.any():
@@ -324,6 +334,25 @@ def _check_cells(frame: pd.DataFrame, config_columns: list[str], metrics: list[s
             _fail(frame, wrong, "status", f"is {{cell}}, not one of {', '.join(sorted(known))}")
 
 
+def _check_repeats(frame: pd.DataFrame, config_columns: list[str]) -> None:
+    """A long table's ``repeat`` is a count from 0, and no configuration has the same repeat twice (a
+    file copied into the folder twice would otherwise double every configuration's repeats)."""
+    text = frame["repeat"].astype(str)
+    numbers = pd.to_numeric(text, errors="coerce")
+    wrong = ~(text.str.fullmatch(r"\d+")).to_numpy()
+    if wrong.any():
+        _fail(frame, wrong, "repeat", "is {cell}, not a count from 0")
+    frame["repeat"] = numbers
+    keys = frame[[*config_columns, "repeat"]].astype(str)
+    twice = keys.duplicated(keep=False).to_numpy()
+    if twice.any():
+        rows = np.flatnonzero(twice)
+        first = rows[0]
+        second = next(r for r in rows[1:] if keys.iloc[r].equals(keys.iloc[first]))
+        raise DatasetError(f"{_where(frame, int(second))}: the same configuration and repeat as "
+                           f"{_where(frame, int(first)).split(': ')[-1]}")
+
+
 def _fail(frame: pd.DataFrame, rows: np.ndarray, column: str, message: str, what: str = "column") -> None:
     row = int(np.flatnonzero(rows)[0])
     raise DatasetError(f"{_where(frame, row)}: {what} {column!r} {message.format(cell=_show(frame[column].iloc[row]))}")
@@ -331,7 +360,7 @@ def _fail(frame: pd.DataFrame, rows: np.ndarray, column: str, message: str, what
 
 def _where(frame: pd.DataFrame, row: int) -> str:
     """The file and line of the frame's ``row``-th row (by position)."""
-    paths, origin = frame.attrs["origin"]
+    paths, origin = frame.attrs["origin"].paths, frame.attrs["origin"].rows
     file, line = origin[frame.index[row]]
     return f"{paths[file]}: line {line}"
 

@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from runners.text import decode
 
 FORMATS = ("flashnet", "msr", "msr-csv")
 
@@ -56,8 +57,14 @@ def detect_format(path: Path) -> str:
     return _detect(path, _text(path))
 
 
+def _lines(text: str) -> list[str]:
+    """Lines as files have them (str.splitlines also splits at U+2028 and its kin, which would
+    shift every line number after one)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
 def _detect(path: Path, text: str) -> str:
-    for line in text.splitlines():
+    for line in _lines(text):
         if line.strip():
             fields = line.strip().split(",")
             if len(fields) == 7:
@@ -84,7 +91,7 @@ def read_trace(path: str | Path, fmt: str | None = None) -> Trace:
         raise TraceError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
     rows, lines = [], []
     columns = COLUMNS[fmt]
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         fields = [x for x in line.strip().split(" " if fmt == "msr" else ",") if x != ""]
@@ -114,7 +121,6 @@ COLUMNS = {
     "msr": ("timestamp", "devno", "offset", "size", "op"),
     "msr-csv": ("Timestamp", "Hostname", "DiskNumber", "Type", "Offset", "Size", "ResponseTime"),
 }
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # no text file holds these
 
 
 class _BadField(ValueError):
@@ -123,26 +129,17 @@ class _BadField(ValueError):
 
 
 def _text(path: Path) -> str:
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise TraceError(f"{path}: line {line}: not text (byte {data[e.start]:#04x}); a trace is a text file") from None
-    control = _CONTROL.search(text)
-    if control:
-        line = text.count("\n", 0, control.start()) + 1
-        raise TraceError(f"{path}: line {line}: not text (character {ord(control.group()):#04x}); "
-                         "a trace is a text file")
-    return text
+    return decode(path, path.read_bytes(), TraceError, "a trace is a text file")
 
 
 def _number(fields: list[str], i: int, minimum: float, unknown: float | None = None) -> float:
     """Field ``i`` as a finite number >= ``minimum``, or NaN where it is ``unknown`` (-1: not measured)."""
     try:
-        value = float(fields[i])
+        value = float(fields[i]) if "_" not in fields[i] else math.nan  # Python reads 1_0.5 as 10.5
     except ValueError:
         raise _BadField(i, "not a number") from None
+    if "_" in fields[i]:
+        raise _BadField(i, "not a number")
     if not math.isfinite(value):
         raise _BadField(i, "not a finite number")
     if unknown is not None and value == unknown:
@@ -157,6 +154,8 @@ def _integer(fields: list[str], i: int, minimum: int, allowed: tuple[int, ...] =
         value = int(fields[i])
     except ValueError:
         raise _BadField(i, "not an integer") from None
+    if "_" in fields[i]:
+        raise _BadField(i, "not an integer")
     if allowed and value not in allowed:
         raise _BadField(i, f"not one of {', '.join(map(str, allowed))}")
     if value < minimum:
@@ -183,14 +182,16 @@ def _parse(fmt: str, f: list[str]) -> tuple[float, ...]:
 
 
 def _check_order(path: Path, ts: np.ndarray, lines: np.ndarray, unit: str) -> None:
-    """Arrival times do not go back by more than one tick of the trace's clock (its resolution)."""
+    """No arrival time lies more than one tick of the trace's clock (its resolution) before the
+    latest one so far: step by step, a slow slide backwards would pass."""
     tick = next((t for t in TICKS if np.allclose(np.round(ts / t) * t, ts, rtol=0, atol=t * 1e-6)), 0.0)
-    step = np.diff(ts)
-    back = np.flatnonzero(step < -tick * (1 + 1e-9))
+    latest = np.maximum.accumulate(ts)
+    back = np.flatnonzero(ts < latest - tick * (1 + 1e-9))
     if len(back):
-        i = int(back[0]) + 1
-        raise TraceError(f"{path}: line {lines[i]}: the timestamp goes back {-step[i - 1]:g} {unit} from the line "
-                         f"before; arrival times may go back by one tick of the trace's clock at most ({tick:g} {unit})")
+        i = int(back[0])
+        raise TraceError(f"{path}: line {lines[i]}: the timestamp is {latest[i] - ts[i]:g} {unit} before the latest "
+                         f"one so far; arrival times may go back by one tick of the trace's clock at most "
+                         f"({tick:g} {unit})")
 
 
 TICKS = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01, 0.001)  # a trace's clock resolution: the coarsest that fits

@@ -91,7 +91,7 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "no-such-bench-x"],
          "--command: no-such-bench-x: not found on PATH"),
         (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "true; echo"],
-         "'true;' is a shell operator, but the command runs as an argv, without a shell: for pipes, ';' or "
+         "';' is a shell operator, but the command runs as an argv, without a shell: for pipes, ';' or "
          "redirections use --command \"sh -c '...'\""),
         (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "{bad}"],
          "bad.csv is not executable"),

@@ -353,6 +353,25 @@ def test_the_reaper_keeps_what_it_could_not_undo_and_says_so(loop_dir, tmp_path)
     assert reap(Shell()) == Reaped() and state_files() == []
 
 
+def test_what_a_live_runner_holds_is_never_reaped_for_a_dead_one_of_the_same_pid(loop_dir):
+    """A reused pid reuses the names run-<pid> and storetune-<pid>-<n>.img: a dead runner's entry
+    whose undo failed must not remove the live runner's folder (the review's finding)."""
+    workdir = loop_dir / "run-4242"
+    (workdir / "mnt").mkdir(parents=True)
+    write_state(dead_pid(), {"kind": "tree", "path": str(workdir)})
+    live = Path(os.environ["STORETUNE_STATE_DIR"]) / f"device-{os.getppid()}-live.json"
+    start = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    live.write_text(json.dumps({"pid": os.getppid(), "start": start, "entries": [{"id": 1, "kind": "tree",
+                                                                                  "path": str(workdir)}]}))
+    try:
+        assert reap(Shell()) == Reaped()
+        assert workdir.is_dir()
+    finally:
+        live.unlink()
+        workdir.joinpath("mnt").rmdir()
+        workdir.rmdir()
+
+
 def test_the_work_folder_is_reaped_only_after_its_mount_and_never_through_a_symlink(loop_dir, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -156,6 +156,15 @@ def test_command_that_does_not_exist_is_refused_before_a_trial_and_failed_if_it_
     assert m.status is Status.FAILED and f"cannot start {script}" in m.reason
 
 
+def test_quoted_semicolons_are_words_and_bare_ones_are_refused(tmp_path):
+    """The refusal's own advice, sh -c '...;', was refused by the first check (any word ending in ;)."""
+    runner = make_runner("command", command="""sh -c 'echo "{\\"ops\\": 1}"; true'""", space="storage_v1")
+    m = runner.run(runner.space.default(), runner.workload, seed=0)
+    assert m.status is Status.SUCCEEDED and m.metrics == {"ops": 1.0}
+    with pytest.raises(ValueError, match="'\\|' is a shell operator"):
+        make_runner("command", command="sh -c true | tee x", space="storage_v1")
+
+
 def test_a_failed_system_command_reads_error_first():
     """A FAILED trial's reason showed the command, and its error was cut off in the trials table."""
     from runners.device.shell import CommandFailed, Result

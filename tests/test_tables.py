@@ -115,6 +115,30 @@ def test_malformed_tables_say_which_file_and_line(tmp_path: Path, text: str, mes
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [  # the review's findings in the long format
+        ("a,b,repeat,ops\n1,,0,7\n1,x,0,8\n2,,0,9\n", "line 2: column 'b' is empty"),  # no space to say it is n/a
+        ("a,repeat,ops\n1,0,7\n2,0,8\n1,0,9\n", "line 4: the same configuration and repeat as line 2"),
+        ("a,repeat,ops\n1,x,7\n", "line 2: column 'repeat' is 'x', not a count from 0"),
+        ("a,PERF,PERF-\n1,2,3\n", "line 1: columns 'PERF' and 'PERF-' would both be named 'PERF'"),
+    ],
+)
+def test_long_tables_are_checked_too(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(DatasetError, match=f"^{path}: {message}"):
+        load_table(path)
+
+
+def test_a_configuration_that_never_measured_the_metric_has_no_mean(tmp_path: Path):
+    """A SUCCEEDED row with an empty metric gave a NaN mean: no near-optimal set, a rank against NaN."""
+    path = write(tmp_path / "t.csv", "a,status,repeat,reason,ops\n1,SUCCEEDED,0,,\n2,SUCCEEDED,0,,10\n3,SUCCEEDED,0,,5")
+    table = load_table(path)
+    assert table.space.names == ["a"]  # status is not an option, wherever it stands
+    assert table.means("ops") == {Config(a=2): 10.0, Config(a=3): 5.0}
+
+
 def test_a_short_row_in_a_wide_table_is_an_error_not_a_nan_configuration(tmp_path: Path):
     path = write(tmp_path / "t.csv", "a,PERF,b\n1,3,1\n2,1")  # the issue: {"a": 2, "b": NaN} won
     with pytest.raises(DatasetError, match="line 3: 2 fields"):

@@ -25,7 +25,7 @@ from runners.device.engines import EngineOutputError, engine_env, engine_version
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
-from runners.device.state import SetupLog, is_mounted, reap_and_say, remove_tree
+from runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
 from runners.device.target import (
     DeviceError,
     RefusedSetting,
@@ -171,13 +171,14 @@ class DeviceRunner(RunnerBase):
         return Measurement.failed(Status.INVALID, reason, env=env, duration_s=time.monotonic() - started)
 
     def _unmount(self, mountpoint: str, entry: int) -> None:
-        result = self.shell.run(["umount", mountpoint], check=False, timeout=120)
-        if not result.ok and not self.shell.dry_run and is_mounted(mountpoint):
-            result = self.shell.run(["umount", "-l", mountpoint], check=False, timeout=60)  # a straggler holds it
-        if not self.shell.dry_run and is_mounted(mountpoint):  # kept in the setup log: the next start tries again
-            logger.warning("could not unmount %s: %s (the next start tries again)", mountpoint,
-                           (result.tail() or "still mounted").splitlines()[0])
-            return
+        if self.shell.dry_run:
+            self.shell.run(["umount", mountpoint], check=False)
+        else:
+            try:
+                unmount(self.shell, mountpoint)
+            except UndoFailed as e:  # kept in the setup log: the next start tries again
+                logger.warning("%s (the next start tries again)", e)
+                return
         self.log.done(entry)
 
     # --- the device -------------------------------------------------------------------------------

@@ -115,6 +115,7 @@ def reap(shell: Shell, directory: Path | None = None) -> Reaped:
     if not directory.is_dir():
         return reaped
     with _locked(directory):  # two starts at once: one reaps, the other then finds nothing
+        dead, held = [], set()
         for path in sorted(directory.glob("device-*.json")):
             try:
                 state = json.loads(path.read_text())
@@ -127,14 +128,25 @@ def reap(shell: Shell, directory: Path | None = None) -> Reaped:
                 why = _why(e)
                 reaped.failed.append(f"could not read {path}: {why}; left in place, nothing it records was undone")
                 continue
-            if _start_time(pid) == state.get("start"):
-                continue  # its runner is alive (this process's too: its runners clean up after themselves)
+            if _start_time(pid) == state.get("start"):  # its runner is alive (this process's too)
+                held |= {r for e in entries for r in _resources(e)}
+            else:
+                dead.append((path, state, entries))
+        for path, state, entries in dead:
+            # a later runner with the same pid reuses its names (run-<pid>, storetune-<pid>-<n>.img):
+            # what a live runner records now is its own, never the dead one's to undo
+            entries = [e for e in entries if not (set(_resources(e)) & held)]
             kept = _undo_all(shell, entries, reaped)
             if kept:
                 _write(path, {**state, "entries": kept})
             else:
                 path.unlink(missing_ok=True)
     return reaped
+
+
+def _resources(entry: dict[str, Any]) -> list[str]:
+    """What an entry names on the machine: paths and devices."""
+    return [str(entry[k]) for k in ("path", "file", "device") if entry.get(k)]
 
 
 def reap_and_say(shell: Shell, directory: Path | None = None) -> Reaped:
@@ -212,10 +224,15 @@ def _undo_process(shell: Shell, entry: dict[str, Any]) -> str | None:
 
 
 def _undo_mount(shell: Shell, entry: dict[str, Any]) -> str | None:
-    path = entry["path"]
+    return unmount(shell, entry["path"])
+
+
+def unmount(shell: Shell, path: str) -> str | None:
+    """Unmount ``path`` (lazily if a straggler holds it); None if it was not mounted, UndoFailed if it
+    still is. The runner's teardown and the reaper both unmount through here."""
     if not is_mounted(path):
         return None
-    result = shell.run(["umount", path], check=False, timeout=60)
+    result = shell.run(["umount", path], check=False, timeout=120)
     if not is_mounted(path):
         return f"unmounted {path}"
     lazy = shell.run(["umount", "-l", path], check=False, timeout=60)  # a straggler holds it open
