@@ -79,6 +79,24 @@ def assert_names_line(error: Exception, path: Path, line: int | None) -> None:
 CELL_CORRUPTIONS = ("dropped field", "nan or inf", "text in a number column", "empty cell")
 
 
+@st.composite
+def long_tables(draw) -> tuple[list[str], list[list[str]], list[int], list[int]]:
+    """A sweep's long table: a workload, 1-2 options, repeat, status, reason and two metrics; each
+    configuration measured 1-2 times. Returns the header, the rows, the columns of numbers, and the
+    option columns (where an empty cell is an error: no manifest says a parameter does not apply)."""
+    n_options = draw(st.integers(1, 2))
+    header = ["workload", *(f"o{i}" for i in range(n_options)), "repeat", "status", "reason", "ops", "lat_us"]
+    configs = draw(st.lists(st.tuples(*(st.integers(0, 3) for _ in range(n_options))), min_size=2, max_size=8,
+                            unique=True))
+    rows = []
+    for config in configs:
+        for repeat in range(draw(st.integers(1, 2))):
+            ops = repr(draw(st.floats(1, 1e6, allow_nan=False)))
+            rows.append(["fileserver", *map(str, config), str(repeat), "SUCCEEDED", "", ops, "12.5"])
+    options = list(range(1, 1 + n_options))
+    return header, rows, [*options, len(header) - 2, len(header) - 1], options
+
+
 @SETTINGS
 @given(tables(), st.sampled_from(CELL_CORRUPTIONS), st.data())
 def test_a_corrupted_table_cell_is_an_error_naming_its_line(table, corruption, data):
@@ -99,6 +117,38 @@ def test_a_corrupted_table_cell_is_an_error_naming_its_line(table, corruption, d
         result, _ = load(path, csv_text(header, corrupted).encode())
         assert isinstance(result, DatasetError), f"{corruption} at line {i + 2} was read as data"
         assert_names_line(result, path, i + 2)
+
+
+@SETTINGS
+@given(long_tables(), st.sampled_from((*CELL_CORRUPTIONS, "repeat", "duplicate row")), st.data())
+def test_a_corrupted_long_table_is_an_error_naming_its_line(table, corruption, data):
+    header, rows, numeric, options = table
+    i = data.draw(st.integers(0, len(rows) - 1), label="row")
+    row = list(rows[i])
+    corrupted = [list(r) for r in rows]
+    line = i + 2
+    if corruption == "dropped field":
+        del row[data.draw(st.integers(0, len(row) - 1), label="field")]
+    elif corruption == "nan or inf":
+        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(NON_FINITE)
+    elif corruption == "text in a number column":
+        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(WORDS)
+    elif corruption == "empty cell":  # a metric may be empty (not measured); an option may not, here
+        row[data.draw(st.sampled_from(options), label="column")] = ""
+    elif corruption == "repeat":
+        row[header.index("repeat")] = data.draw(st.sampled_from(["-1", "x", "1.5", "nan", ""]))
+    else:  # the row again at the end, as a file copied twice into a folder would give
+        corrupted.append(list(row))
+        line = len(rows) + 2
+    if corruption != "duplicate row":
+        corrupted[i] = row
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.csv"
+        clean, _ = load(path, csv_text(header, rows).encode())
+        assert not isinstance(clean, Exception), clean
+        result, _ = load(path, csv_text(header, corrupted).encode())
+        assert isinstance(result, DatasetError), f"{corruption} at line {line} was read as data"
+        assert_names_line(result, path, line)
 
 
 @SETTINGS
