@@ -35,11 +35,13 @@ def _config(model: str, labeling: str, network: str, history_depth: int, thresho
                            loss_bias=loss_bias, noise_filter=noise_filter)
 
 
-def _failover_pipeline(trace: Path, split: float, seed: int, replicas: int) -> Any:
+def _failover_pipeline(trace: Path, split: float, seed: int, replicas: int, failover_cost_us: float) -> Any:
     from runners.admission.pipeline import Pipeline
 
     if replicas < 1:
         raise UserError(f"--replicas must be at least 1, not {replicas}")
+    if not (np.isfinite(failover_cost_us) and failover_cost_us >= 0):
+        raise UserError(f"--failover-cost-us must be a finite number of microseconds, at least 0, not {failover_cost_us}")
     return Pipeline(trace, train=split, seed=seed)
 
 
@@ -103,7 +105,7 @@ def simulate(
     from runners.admission.pipeline import AdmissionConfig
     from runners.admission.simulator import fan_out as tail_at_scale
 
-    pipeline = _failover_pipeline(trace, split, seed, replicas)
+    pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
     threshold = threshold_us if threshold_us is not None else pipeline.threshold_us(90)
     pipeline.check_threshold(threshold)
     regressor = AdmissionConfig(model_kind="regressor")
@@ -132,8 +134,8 @@ def baselines(
     """Every baseline's mean and p99 latency and failover rate on the test part."""
     from runners.admission.baselines import baselines as run_baselines
 
-    results = run_baselines(_failover_pipeline(trace, split, seed, replicas), replicas, failover_cost_us,
-                            threshold_percentile, seed)
+    pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
+    results = run_baselines(pipeline, replicas, failover_cost_us, threshold_percentile, seed)
     if as_json:
         print(json.dumps({"baselines": results}, default=float))
         return

@@ -202,7 +202,7 @@ def tune(
             sys.exit(130)
     finally:
         getattr(executor, "close", lambda: None)()
-    _print_summary(summary, as_json, executor.describe())
+    _print_summary(summary, as_json, executor.describe(), db)
 
 
 def _shown_url(url: str) -> str:
@@ -212,12 +212,15 @@ def _shown_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, Any] | None = None) -> None:
+def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, Any] | None = None,
+                   database: str | None = None) -> None:
     if as_json:
         print(json.dumps({**summary.to_dict(), **({"executor": executor} if executor else {})}, default=str))
         return
     console.print(render.summary_table(summary))
-    console.print(f"see every trial: storetune trials {summary.campaign}   the best: storetune best {summary.campaign}")
+    db = f" --db {_shown_url(database)}" if database else ""
+    console.print(f"see every trial: storetune trials {summary.campaign}{db}   the best: storetune best "
+                  f"{summary.campaign}{db}")
 
 
 @app.command()

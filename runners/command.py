@@ -96,6 +96,10 @@ class CommandRunner(RunnerBase):
             return Measurement.failed(
                 Status.TIMEOUT, f"no result after {self.timeout_s:g} s", env=record, duration_s=self.timeout_s
             )
+        except BaseException:  # Ctrl-C, or the worker stopped: its own session does not get the signal
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
         duration = time.monotonic() - started
         tail = err.strip()[-STDERR_TAIL:]
         if proc.returncode == INVALID_EXIT_STATUS:
@@ -106,6 +110,10 @@ class CommandRunner(RunnerBase):
         lines = out.strip().splitlines()
         try:
             metrics = json.loads(lines[-1]) if lines else None
+            wrong = [k for k, v in metrics.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+            if wrong:  # true is not 1, and "12.5" is text: a measurement is a JSON number
+                return Measurement.failed(Status.FAILED, f"metric {wrong[0]!r} is {metrics[wrong[0]]!r}, not a JSON "
+                                          "number", env=record, duration_s=duration)
             metrics = {str(k): float(v) for k, v in metrics.items()}
         except (ValueError, TypeError, AttributeError):
             return Measurement.failed(

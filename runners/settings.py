@@ -40,7 +40,7 @@ class CommandSettings(RunnerSettings):
     command: str = Field(min_length=1, description="The benchmark, run as an argv: split into words as a shell "
                          "would, but not run by one (for pipes or ';', --command \"sh -c '...'\").")
     space: str = Field(min_length=1, max_length=100, pattern=SPACE_NAME, description="The search space, by name.")
-    timeout_s: float = Field(3600.0, gt=0, description="Seconds before a run counts as TIMEOUT.")
+    timeout_s: float = Field(3600.0, gt=0, allow_inf_nan=False, description="Seconds before a run counts as TIMEOUT.")
     workload: str | None = Field(None, description="A name for the workload (default: the command's program).")
 
 

@@ -286,6 +286,10 @@ def _split_columns(
         config_columns = [c for c in columns[:at] if c not in LONG_EXTRA]
         names = [c for c in columns[at + 1 :] if c not in LONG_EXTRA]
         declared = manifest.get("metrics", {})
+        for m, given in declared.items():
+            if given is not None and _direction(given) is None:
+                raise DatasetError(f"{paths[0].parent / 'manifest.json'}: metric {m!r} has direction {given!r}; "
+                                   "a direction is min or max")
         metrics = {m: _direction(declared.get(m)) or guess_direction(m) for m in names}
     if not config_columns or not metrics:
         raise DatasetError(f"{paths[0]}: needs at least one configuration column and one metric column")

@@ -52,5 +52,9 @@ def best_of(values: list[float], direction: str) -> float:
 
 
 def within_of_best(value: float, best: float, direction: str, within: float) -> bool:
-    """Is ``value`` near-optimal: at least ``within`` x ``best`` (max), at most ``best`` / ``within`` (min)?"""
-    return value >= within * best if check_direction(direction) == "max" else value <= best / within
+    """Is ``value`` near-optimal: at least ``within`` x ``best`` (max), at most ``best`` / ``within`` (min)?
+    Measured from ``best`` by its magnitude, so that it holds for negative values too (a ratio to a
+    negative best would put the best itself outside); for a positive best it is exactly the ratio."""
+    if check_direction(direction) == "max":
+        return value >= best - (1 - within) * abs(best)
+    return value <= best + (1 / within - 1) * abs(best)

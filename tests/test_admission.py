@@ -200,6 +200,8 @@ def test_baselines_and_simulate(tmp_path):
         (["simulate", "--replicas", "0"], "--replicas must be at least 1"),
         (["train", "--model", "regressor", "--loss-bias", "1.2"], r"--loss-bias must be in [0, 1)"),
         (["train", "--model", "classifier", "--class-weight", "0.5"], "--class-weight must be at least 1"),
+        (["simulate", "--failover-cost-us", "inf"], "--failover-cost-us must be a finite number of microseconds"),
+        (["baselines", "--failover-cost-us", "-30"], "at least 0, not -30"),
     ],
 )
 def test_admission_bad_input_is_one_line(args, message):

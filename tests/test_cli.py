@@ -96,6 +96,12 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "{bad}"],
          "bad.csv is not executable"),
         (["tune", "--dataset", "{ssa}"], "2 objectives (Throughput+, Latency-): choose one with --metric"),
+        # from a newcomer trial: a traceback per trial, and one at the start
+        (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "true",
+          "--timeout", "inf"], "timeout_s: Input should be a finite number"),
+        (["campaigns", "--db", "mysql://a@b/c"], "a history is SQLite or PostgreSQL, not mysql"),
+        (["campaigns", "--db", "/tmp/h.sqlite"], "'/tmp/h.sqlite' is not a history URL: write sqlite:////path"),
+        (["tune", "--dataset", "{bdbc}", "--db", "sqlite://"], "sqlite:// is a history in memory"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Path, args, message):
@@ -103,7 +109,7 @@ def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Pa
     bad.write_text("a,b,PERF-\n1,2,3\n1,2,3,4\n")
     ssa = SHARED / "moot_configs/SS-A.csv"
     args = [a.format(bdbc=bdbc, bad=bad, ssa=ssa) for a in args]
-    proc = run_cli(*args, db=sqlite_url)
+    proc = run_cli(*args, db=None if "--db" in args else sqlite_url)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr

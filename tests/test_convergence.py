@@ -39,3 +39,12 @@ def test_random_curve_matches_the_hypergeometric_formula_and_a_simulation():
         hits.append(int(np.flatnonzero(order < targets)[0]) + 1)
     simulated = success_curve([h if h <= budget else None for h in hits], budget)
     assert np.max(np.abs(np.array(simulated) - exact)) < 0.03
+
+
+def test_near_optimal_holds_for_negative_values():
+    """A ratio to a negative best put the table's own optimum outside its near-optimal set."""
+    means = {Config(a=i): v for i, v in enumerate([-2100.0, -2110.0, -2000.0, 50.0])}
+    assert near_optimal(means, "min", within=0.99) == {Config(a=0), Config(a=1)}
+    assert near_optimal(means, "max", within=0.99) == {Config(a=3)}
+    assert near_optimal({Config(a=0): -100.0, Config(a=1): -100.5, Config(a=2): -102.0}, "max", 0.99) == {
+        Config(a=0), Config(a=1)}

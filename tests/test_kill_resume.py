@@ -125,6 +125,9 @@ def test_ctrl_c_during_tune_says_how_to_resume(tmp_path: Path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     last = stderr.strip().splitlines()[-1]
+    script = bench_command(tmp_path).split()[-1]
+    left = subprocess.run(["pgrep", "-f", script], capture_output=True, text=True).stdout.split()
+    assert left == []  # the benchmark runs in its own session: Ctrl-C did not reach it, the runner must kill it
     assert last.startswith("interrupted: campaign 1 stopped") and last.endswith(f"storetune tune --resume 1 --db {db}")
     summary = json.loads(run_cli("tune", "--resume", "1", "--json", db=db, check=True).stdout.strip().splitlines()[-1])
     assert summary["evaluated"] == 30 and summary["state"] == "finished"

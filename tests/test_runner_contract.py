@@ -165,6 +165,17 @@ def test_quoted_semicolons_are_words_and_bare_ones_are_refused(tmp_path):
         make_runner("command", command="sh -c true | tee x", space="storage_v1")
 
 
+@pytest.mark.parametrize("printed, reason", [('{"x": true}', "metric 'x' is True, not a JSON number"),
+                                              ('{"x": "12.5"}', "metric 'x' is '12.5', not a JSON number")])
+def test_a_metric_is_a_json_number(tmp_path, printed, reason):
+    script = tmp_path / "bench.sh"
+    script.write_text(f"#!/bin/sh\necho '{printed}'\n")
+    script.chmod(0o755)
+    runner = make_runner("command", command=str(script), space="storage_v1")
+    m = runner.run(runner.space.default(), runner.workload, seed=0)
+    assert m.status is Status.FAILED and m.reason == reason
+
+
 def test_a_failed_system_command_reads_error_first():
     """A FAILED trial's reason showed the command, and its error was cut off in the trials table."""
     from runners.device.shell import CommandFailed, Result

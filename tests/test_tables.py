@@ -131,6 +131,13 @@ def test_long_tables_are_checked_too(tmp_path: Path, text: str, message: str):
         load_table(path)
 
 
+def test_a_manifest_direction_is_min_or_max(tmp_path: Path):
+    write(tmp_path / "m.csv", "a,repeat,ops\n1,0,7\n2,0,8")
+    (tmp_path / "manifest.json").write_text(json.dumps({"metrics": {"ops": "up"}}))
+    with pytest.raises(DatasetError, match="metric 'ops' has direction 'up'; a direction is min or max"):
+        load_table(tmp_path)
+
+
 def test_a_configuration_that_never_measured_the_metric_has_no_mean(tmp_path: Path):
     """A SUCCEEDED row with an empty metric gave a NaN mean: no near-optimal set, a rank against NaN."""
     path = write(tmp_path / "t.csv", "a,status,repeat,reason,ops\n1,SUCCEEDED,0,,\n2,SUCCEEDED,0,,10\n3,SUCCEEDED,0,,5")

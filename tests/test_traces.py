@@ -57,10 +57,12 @@ def test_original_msr_csv(tmp_path):
         ("0.000,120,1,4096,0,0.091,4096\n0.1,5,1,4096,0,inf,4096\n",
          "line 2: flashnet field ts_submit is 'inf', not a finite number"),
         ("5.000 0 0 4096 0\n8.000 0 0 4096 1\n6.000 0 0 4096 1\n",
-         "line 3: the timestamp is 2 ms before the latest one so far; .* at most \\(1 ms\\)"),
+         "line 3: timestamp 6 is 2 ms before line 2's \\(8\\); .* at most \\(1 ms\\)"),
         # a slow slide backwards, each step within one tick (the review's finding)
         ("5000.000 0 0 4096 0\n4000.000 0 0 4096 1\n3000.000 0 0 4096 1\n",
-         "line 3: the timestamp is 2000 ms before the latest one so far"),
+         "line 3: timestamp 3000 is 2000 ms before line 1's \\(5000\\)"),
+        ("0.000,120,1,4096,0,0.091,4096\n0.100,120,1,4096,0,1e9,4096\n0.200,120,1,4096,0,0.3,4096\n",
+         "line 3: ts_submit 0.3 is 1e\\+09 ms before line 2's \\(1e\\+09\\); ts_submit may go back by 1000 ms"),
         ("0.5 0 0 4096 0\n1_0.5 0 0 4096 1\n", "line 2: msr field timestamp is '1_0.5', not a number"),
         ("0.000 0 0 4096 0\n0.100 0 0 4096 1", "line 2, the last, has no newline at its end"),
         ("0.000 0 0 4096 0\n0.1\x00 0 0 4096 1\n", "line 2: not text \\(character 0x00\\)"),
@@ -84,7 +86,7 @@ def test_a_coarse_clock_may_step_back_one_tick_and_minus_one_means_not_measured(
     assert trace.ts_ms.tolist() == [11000, 12000, 11000] and trace.line.tolist() == [1, 2, 3]
     assert np.isnan(trace.latency_us[1]) and np.isnan(trace.submit_ms[1]) and trace.latency_us[2] == 80
     path.write_text("10000.000,120,1,4096,0,0.091,4096\n12000.000,5,1,4096,0,1,4096\n10000.000,5,1,4096,0,1,4096\n")
-    with pytest.raises(TraceError, match="line 3: the timestamp is 2000 ms before the latest one"):
+    with pytest.raises(TraceError, match="line 3: timestamp 10000 is 2000 ms before line 2's"):
         read_trace(path)
 
 

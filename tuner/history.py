@@ -24,6 +24,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from runners import Measurement, Status
@@ -382,12 +383,26 @@ def _trial_view(record: TrialRecord, measurements: bool) -> TrialView:
     return view(TrialView, record, measurements=ms)
 
 
+def parse_url(url: str) -> Any:
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise ValueError(f"{url!r} is not a history URL: write sqlite:////path/to/history.sqlite or "
+                         "postgresql://user@host/database") from None
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``: SQLite with WAL and a busy timeout, or PostgreSQL through psycopg 3."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")  # the driver StoreTune installs
-    if parsed.get_backend_name() != "sqlite":
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError(f"a history is SQLite or PostgreSQL, not {backend} ({parsed.render_as_string()})")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError("sqlite:// is a history in memory, lost when the command ends: name a file, "
+                         "sqlite:////path/to/history.sqlite")
+    if backend != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         parsed = parsed.set(database=str(Path(parsed.database).expanduser()))  # SQLite would open "~/" literally
@@ -490,7 +505,7 @@ def check_schema(engine: Engine) -> str:
 
 def _refuse_a_missing_file(url: str) -> None:
     """A reader does not create the SQLite file it was asked to read."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).expanduser().exists():
             raise SchemaError(f"no history at {url}: the file does not exist (a campaign creates it; "
