@@ -176,6 +176,39 @@ def test_training_is_reproducible_with_a_seed():
 
 
 @pytest.mark.slow
+def test_the_decision_threshold_trades_misses_for_false_alarms_without_retraining():
+    """At 0.5 the classifier flagged almost nothing (slow reads are a fifth of the test part)."""
+    from runners.admission.pipeline import AdmissionConfig, Pipeline
+
+    pipeline = Pipeline(shared(TRACE), seed=0, epochs=2)
+    flagged = []
+    for cutoff in (0.5, 0.2, 0.1):
+        cfg = AdmissionConfig(model_kind="classifier", decision_threshold=cutoff)
+        flagged.append(pipeline.decide(cfg, "test").mean())
+    assert flagged[0] <= flagged[1] < flagged[2] and flagged[0] < 0.01 < flagged[2]
+    assert len(pipeline._models) == 1  # one model: the threshold only reads its scores
+
+
+@pytest.mark.slow
+def test_boosted_trees_are_a_classifier_of_the_admission_space(sqlite_url):
+    from runners import make_runner
+
+    runner = make_runner("admission", trace=str(shared(TRACE)), epochs=1)
+    config = runner.space.validate({"model_kind": "boosted_trees", "decision_threshold": 0.25, "class_weight": 2.0,
+                                    "labeling": "cutoff", "threshold_percentile": 90.0}, fill_defaults=True)
+    assert "network" not in config  # trees have no network
+    m = runner.run(config, runner.workload, seed=0)
+    assert m.status.value == "SUCCEEDED" and 0 < m.metrics["failover_rate"] < 1
+    none = runner.run(runner.space.validate({"model_kind": "classifier", "decision_threshold": 0.95},
+                                            fill_defaults=True), runner.workload, seed=0)
+    assert m.metrics["mean_latency_us"] != none.metrics["mean_latency_us"]
+    proc = run_cli("admission", "train", "--trace", str(shared(TRACE)), "--model", "boosted_trees", "--json",
+                   check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["network"] is None and 0.6 < result["roc_auc"] <= 1.0
+
+
+@pytest.mark.slow
 def test_baselines_and_simulate(tmp_path):
     proc = run_cli("admission", "baselines", "--trace", str(shared(TRACE)), "--replicas", "3",
                    "--failover-cost-us", "30", "--json", check=True)
@@ -200,6 +233,8 @@ def test_baselines_and_simulate(tmp_path):
         (["simulate", "--replicas", "0"], "--replicas must be at least 1"),
         (["train", "--model", "regressor", "--loss-bias", "1.2"], r"--loss-bias must be in [0, 1)"),
         (["train", "--model", "classifier", "--class-weight", "0.5"], "--class-weight must be at least 1"),
+        (["train", "--decision-threshold", "1.5"], "--decision-threshold must be in (0, 1), not 1.5"),
+        (["train", "--model", "forest"], "--model 'forest': choose classifier, regressor, boosted_trees"),
     ],
 )
 def test_admission_bad_input_is_one_line(args, message):
