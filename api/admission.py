@@ -150,4 +150,5 @@ def baselines(
     console.print(f"[bold]baselines on {trace.name}, test part, r={replicas}, f={failover_cost_us:g} us[/]")
     for name, r in results.items():
         console.print(f"  {name:<20}mean {r['mean_latency_us']:9.1f} us   p99 {r['p99_latency_us']:9.1f} us   "
-                      f"failover {r['failover_rate']:.3f}", markup=False, highlight=False)
+                      f"failover {r['failover_rate']:.3f}   share of the perfect gain {r['perfect_gain_share']:6.1%}",
+                      markup=False, highlight=False)
