@@ -21,18 +21,23 @@ FailoverOption = Annotated[float, typer.Option(help="Cost of one failover, in mi
 
 
 def _config(model: str, labeling: str, network: str, history_depth: int, threshold_percentile: float,
-            class_weight: float, loss_bias: float, noise_filter: bool) -> Any:
+            class_weight: float, loss_bias: float, noise_filter: bool, decision_threshold: float = 0.5) -> Any:
+    from runners.admission.model import KINDS
     from runners.admission.pipeline import AdmissionConfig
 
-    if model == "classifier" and class_weight < 1:
-        raise UserError(f"--class-weight must be at least 1 for the classifier, not {class_weight}")
+    if model not in KINDS:
+        raise UserError(f"--model {model!r}: choose {', '.join(KINDS)}")
+    if model != "regressor" and class_weight < 1:
+        raise UserError(f"--class-weight must be at least 1 for a classifier, not {class_weight}")
+    if not 0 < decision_threshold < 1:
+        raise UserError(f"--decision-threshold must be in (0, 1), not {decision_threshold:g}")
     if model == "regressor" and not 0 <= loss_bias < 1:
         raise UserError(f"--loss-bias must be in [0, 1) for the regressor, not {loss_bias}")
     if labeling not in ("cutoff", "period"):
         raise UserError(f"--labeling {labeling!r}: choose cutoff or period")
     return AdmissionConfig(model_kind=model, labeling=labeling, network=network, history_depth=history_depth,
                            threshold_percentile=threshold_percentile, class_weight=class_weight,
-                           loss_bias=loss_bias, noise_filter=noise_filter)
+                           loss_bias=loss_bias, noise_filter=noise_filter, decision_threshold=decision_threshold)
 
 
 def _failover_pipeline(trace: Path, split: float, seed: int, replicas: int, failover_cost_us: float) -> Any:
@@ -58,13 +63,16 @@ def _emit(result: dict[str, Any], as_json: bool, title: str) -> None:
 @app.command()
 def train(
     trace: TraceOption,
-    model: Annotated[str, typer.Option(help="classifier or regressor.")] = "classifier",
+    model: Annotated[str, typer.Option(help="classifier (a network), regressor, or boosted_trees (a classifier "
+                                            "of gradient-boosted trees).")] = "classifier",
     labeling: Annotated[str, typer.Option(help="cutoff (LinnOS) or period (HEIMDALL).")] = "period",
     network: Annotated[str, typer.Option(help="heimdall (128-16-1) or linnos (256-1).")] = "heimdall",
     history_depth: Annotated[int, typer.Option(help="Past I/Os the features describe.")] = 3,
     threshold_percentile: Annotated[float, typer.Option(help="Slow above this latency percentile (cutoff, regressor).")]
     = 90.0,
-    class_weight: Annotated[float, typer.Option(help="The classifier's weight of the slow class (>= 1).")] = 1.0,
+    class_weight: Annotated[float, typer.Option(help="A classifier's weight of the slow class (>= 1).")] = 1.0,
+    decision_threshold: Annotated[float, typer.Option(help="A classifier fails a read over above this probability "
+                                                           "of slow, in (0, 1).")] = 0.5,
     loss_bias: Annotated[float, typer.Option(help="The regressor's AMSE bias, in [0, 1).")] = 0.0,
     noise_filter: Annotated[bool, typer.Option(help="HEIMDALL's 3-stage filter on the training labels.")] = True,
     joint: Annotated[int, typer.Option(help="I/Os per decision (joint inference).")] = 1,
@@ -76,14 +84,16 @@ def train(
     from runners.admission.model import accuracy, inference_cost
     from runners.admission.pipeline import Pipeline
 
-    cfg = _config(model, labeling, network, history_depth, threshold_percentile, class_weight, loss_bias, noise_filter)
+    cfg = _config(model, labeling, network, history_depth, threshold_percentile, class_weight, loss_bias, noise_filter,
+                  decision_threshold)
     pipeline = Pipeline(trace, train=split, seed=seed)
     trained = pipeline.model(cfg)
     X = pipeline.X(cfg.history_depth)[pipeline.reads("test")]
     labels = pipeline.labels(cfg, "test")  # never filtered: the test part is judged as it is
-    result: dict[str, Any] = {"trace": trace.name, "model": model, "labeling": labeling if model == "classifier" else
-                              "cutoff", "network": network, "history_depth": history_depth, "joint": joint,
-                              "test_reads": int(len(labels))}
+    result: dict[str, Any] = {"trace": trace.name, "model": model, "labeling": labeling if cfg.is_classifier else
+                              "cutoff", "network": network if model != "boosted_trees" else None,
+                              "history_depth": history_depth, "joint": joint, "test_reads": int(len(labels)),
+                              **({"decision_threshold": decision_threshold} if cfg.is_classifier else {})}
     result.update(accuracy(labels, trained.scores(X), pipeline.decide(cfg, "test", joint)))
     result.update(inference_cost(trained, X, joint=max(joint, 4)))
     _emit(result, as_json, f"{model} on {trace.name}, test part")
@@ -142,4 +152,5 @@ def baselines(
     console.print(f"[bold]baselines on {trace.name}, test part, r={replicas}, f={failover_cost_us:g} us[/]")
     for name, r in results.items():
         console.print(f"  {name:<20}mean {r['mean_latency_us']:9.1f} us   p99 {r['p99_latency_us']:9.1f} us   "
-                      f"failover {r['failover_rate']:.3f}", markup=False, highlight=False)
+                      f"failover {r['failover_rate']:.3f}   share of the perfect gain {r['perfect_gain_share']:6.1%}",
+                      markup=False, highlight=False)

@@ -83,10 +83,11 @@ class Candidate:
 def choose(strategy: str, candidates: Sequence[Candidate], train_cost: Callable[[Candidate], float],
            test_cost: Callable[[Candidate], float]) -> Candidate:
     """Section 3.6. Candidates come in increasing order of aggressiveness (bias or threshold).
-    oracle: best on the test data (an upper bound); global: best on the training data; greedy: increase
+    bias_hindsight (ML-MittOS's "oracle"): best on the test data, known only in hindsight (an upper bound
+    over the candidates, not a perfect predictor); global: best on the training data; greedy: increase
     while the training latency improves; greedy_skip: likewise, skipping candidates whose training
     decisions differ from the first candidate's in fewer than 4% of requests."""
-    if strategy == "oracle":
+    if strategy == "bias_hindsight":
         return min(candidates, key=test_cost)
     if strategy == "global":
         return min(candidates, key=train_cost)

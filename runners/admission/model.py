@@ -1,13 +1,16 @@
 """The admission models, in torch: HEIMDALL's network (128 and 16 ReLU units, one sigmoid output)
 and the LinnOS-style 256-unit network, trained either as a classifier (slow or fast, with class
 weight b on the slow class and the log-odds bias initialiser) or as a regressor of latency with
-ML-MittOS's asymmetric MSE (Eq. 3.4), whose prediction is compared with a failover threshold.
+ML-MittOS's asymmetric MSE (Eq. 3.4), whose prediction is compared with a failover threshold; and
+gradient-boosted trees (scikit-learn's HistGradientBoostingClassifier) as a classifier beside them.
+A classifier fails a read over when its probability of slow exceeds the decision threshold.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,6 +18,7 @@ from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 from torch import nn
 
 NETWORKS = ("heimdall", "linnos")
+KINDS = ("classifier", "regressor", "boosted_trees")
 
 
 def network(kind: str, n_features: int) -> nn.Sequential:
@@ -44,15 +48,34 @@ class TrainSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("classifier", "regressor"):
-            raise ValueError(f"unknown model kind {self.kind!r}; choose classifier or regressor")
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown model kind {self.kind!r}; choose {', '.join(KINDS)}")
         if self.class_weight < 1:
             raise ValueError(f"the classifier's class weight must be at least 1, not {self.class_weight}")
         if not 0 <= self.loss_bias < 1:
             raise ValueError(f"the regressor's loss bias must be in [0, 1), not {self.loss_bias}")
 
 
-class Model:
+class Decider:
+    """What every trained model does with its scores: EBUSY decisions."""
+
+    spec: TrainSpec
+
+    def scores(self, X: np.ndarray) -> np.ndarray: ...
+
+    def busy(self, X: np.ndarray, threshold_us: float | None = None, joint: int = 1,
+             cutoff: float = 0.5) -> np.ndarray:
+        """EBUSY decisions: a classifier's probability of slow above ``cutoff``, a regressor's latency
+        above ``threshold_us``. With ``joint`` = P, one decision per P consecutive I/Os (HEIMDALL
+        4.2), taken on the first of them."""
+        if not 0 < cutoff < 1:
+            raise ValueError(f"a decision threshold must be in (0, 1), not {cutoff:g}")
+        scores = self.scores(X[::joint]) if joint > 1 else self.scores(X)
+        decided = scores > threshold_us if self.spec.kind == "regressor" else scores > cutoff
+        return np.repeat(decided, joint)[: len(X)] if joint > 1 else decided
+
+
+class Model(Decider):
     """A trained network with what it needs to decide: scores, and EBUSY decisions."""
 
     def __init__(self, spec: TrainSpec, net: nn.Sequential, latency_scale: float):
@@ -66,16 +89,31 @@ class Model:
             return 1.0 / (1.0 + np.exp(-out.astype(np.float64)))
         return out.astype(np.float64) * self.latency_scale
 
-    def busy(self, X: np.ndarray, threshold_us: float | None = None, joint: int = 1) -> np.ndarray:
-        """EBUSY decisions. With ``joint`` = P, one decision per P consecutive I/Os (HEIMDALL 4.2),
-        taken on the first of them."""
-        scores = self.scores(X[::joint]) if joint > 1 else self.scores(X)
-        decided = scores > 0.5 if self.spec.kind == "classifier" else scores > threshold_us
-        return np.repeat(decided, joint)[: len(X)] if joint > 1 else decided
+
+class TreeModel(Decider):
+    """Gradient-boosted trees: scikit-learn's HistGradientBoostingClassifier, the slow class weighted."""
+
+    def __init__(self, spec: TrainSpec, trees: Any):
+        self.spec, self.trees = spec, trees
+
+    def scores(self, X: np.ndarray) -> np.ndarray:
+        if len(self.trees.classes_) == 1:  # the training part had one class only
+            return np.full(len(X), float(self.trees.classes_[0]))
+        return self.trees.predict_proba(X)[:, 1]
 
 
-def train(X: np.ndarray, target: np.ndarray, spec: TrainSpec) -> Model:
-    """Train on rows X (already scaled) for labels (classifier) or latencies (regressor)."""
+def train_trees(X: np.ndarray, labels: np.ndarray, spec: TrainSpec) -> TreeModel:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    weight = np.where(labels.astype(bool), spec.class_weight, 1.0)
+    trees = HistGradientBoostingClassifier(random_state=spec.seed, early_stopping=False, max_iter=100)
+    return TreeModel(spec, trees.fit(X, labels.astype(int), sample_weight=weight))
+
+
+def train(X: np.ndarray, target: np.ndarray, spec: TrainSpec) -> Decider:
+    """Train on rows X (already scaled) for labels (classifiers) or latencies (regressor)."""
+    if spec.kind == "boosted_trees":
+        return train_trees(X, target, spec)
     torch.manual_seed(spec.seed)
     generator = torch.Generator().manual_seed(spec.seed)
     net = network(spec.network, X.shape[1])
@@ -122,7 +160,7 @@ def accuracy(labels: np.ndarray, scores: np.ndarray, decided: np.ndarray) -> dic
     }
 
 
-def inference_cost(model: Model, X: np.ndarray, joint: int = 4, repeats: int = 3) -> dict[str, float]:
+def inference_cost(model: Decider, X: np.ndarray, joint: int = 4, repeats: int = 3) -> dict[str, float]:
     """Microseconds of inference per I/O: one call per I/O, one call per batch of 1,024 I/Os, and
     joint inference of ``joint`` I/Os per decision (one call per I/O group)."""
     torch.set_num_threads(1)  # a storage server's admission runs on one core

@@ -28,10 +28,11 @@ PARTS = ("fit", "validation", "test")
 class AdmissionConfig:
     """A configuration of the admission space, with the inactive knobs at neutral values."""
 
-    model_kind: str = "classifier"
+    model_kind: str = "classifier"  # or "regressor", or "boosted_trees" (a classifier)
     labeling: str = "period"
     threshold_percentile: float = 90.0
     class_weight: float = 1.0
+    decision_threshold: float = 0.5  # a classifier's probability of slow above which it fails over
     loss_bias: float = 0.0
     network: str = "heimdall"
     noise_filter: bool = True
@@ -45,6 +46,10 @@ class AdmissionConfig:
         if "noise_filter" in fields:
             fields["noise_filter"] = fields["noise_filter"] in (True, "on")
         return cls(**fields)
+
+    @property
+    def is_classifier(self) -> bool:
+        return self.model_kind != "regressor"
 
     @property
     def uses_threshold(self) -> bool:
@@ -96,18 +101,19 @@ class Pipeline:
     def model(self, cfg: AdmissionConfig) -> Any:
         from runners.admission.model import TrainSpec, train  # torch: loaded only when a model is trained
 
-        key = (cfg.model_kind, cfg.network, cfg.history_depth, self.seed, self.epochs)
-        if cfg.model_kind == "classifier":
+        key = (cfg.model_kind, cfg.network if cfg.model_kind != "boosted_trees" else None, cfg.history_depth,
+               self.seed, self.epochs)
+        if cfg.is_classifier:  # the decision threshold never retrains: it only reads the scores
             key += (cfg.labeling, cfg.class_weight, cfg.noise_filter)
             if cfg.labeling == "cutoff":
                 key += (cfg.threshold_percentile,)
         else:
             key += (cfg.loss_bias,)
         if key not in self._models:
-            spec = TrainSpec(cfg.model_kind, cfg.network, cfg.class_weight if cfg.model_kind == "classifier" else 1.0,
+            spec = TrainSpec(cfg.model_kind, cfg.network, cfg.class_weight if cfg.is_classifier else 1.0,
                              cfg.loss_bias if cfg.model_kind == "regressor" else 0.0, epochs=self.epochs, seed=self.seed)
             rows = self.reads("fit")
-            if cfg.model_kind == "classifier":
+            if cfg.is_classifier:
                 target = self.labels(cfg, "fit")
                 if cfg.noise_filter:  # the training part only: filtering test data would flatter the filter
                     keep = self._kept_reads(cfg)
@@ -128,7 +134,7 @@ class Pipeline:
         """EBUSY decisions for the reads of a part."""
         model = self.model(cfg)
         threshold = self.threshold_us(cfg.threshold_percentile) if cfg.uses_threshold else None
-        return model.busy(self.X(cfg.history_depth)[self.reads(name)], threshold, joint)
+        return model.busy(self.X(cfg.history_depth)[self.reads(name)], threshold, joint, cfg.decision_threshold)
 
     # --- simulation ------------------------------------------------------------------------------------
     def simulate(self, busy: np.ndarray, name: str, replicas: int, failover_cost_us: float, seed: int) -> Outcome:
