@@ -227,12 +227,19 @@ def _undo_mount(shell: Shell, entry: dict[str, Any]) -> str | None:
     return unmount(shell, entry["path"])
 
 
+UNMOUNT_PATIENCE_S = 3.0
+
+
 def unmount(shell: Shell, path: str) -> str | None:
     """Unmount ``path`` (lazily if a straggler holds it); None if it was not mounted, UndoFailed if it
     still is. The runner's teardown and the reaper both unmount through here."""
     if not is_mounted(path):
         return None
     result = shell.run(["umount", path], check=False, timeout=120)
+    deadline = time.monotonic() + UNMOUNT_PATIENCE_S
+    while is_mounted(path) and time.monotonic() < deadline:  # a benchmark just killed lets go a moment later
+        time.sleep(0.1)
+        result = shell.run(["umount", path], check=False, timeout=120)
     if not is_mounted(path):
         return f"unmounted {path}"
     lazy = shell.run(["umount", "-l", path], check=False, timeout=60)  # a straggler holds it open
