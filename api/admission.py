@@ -151,6 +151,11 @@ def baselines(
         return
     console.print(f"[bold]baselines on {trace.name}, test part, r={replicas}, f={failover_cost_us:g} us[/]")
     for name, r in results.items():
+        if "assumes" in r:
+            name = f"{name}*"
         console.print(f"  {name:<20}mean {r['mean_latency_us']:9.1f} us   p99 {r['p99_latency_us']:9.1f} us   "
                       f"failover {r['failover_rate']:.3f}   share of the perfect gain {r['perfect_gain_share']:6.1%}",
                       markup=False, highlight=False)
+    for name, r in results.items():
+        if "assumes" in r:
+            console.print(f"  * {name}: {r['assumes']}", markup=False, highlight=False)

@@ -25,7 +25,7 @@ from runners.admission.labels import (
     period_labels,
     short_bursts,
 )
-from runners.admission.simulator import fan_out, jumps, reference_simulate, simulate
+from runners.admission.simulator import fan_out, jumps, reference_simulate, simulate, time_windows
 from runners.traces import Trace
 
 TRACE = "flashnet_tencent/tencent.cut.per_50k.rw_60_40.490.trace.csv"
@@ -85,6 +85,22 @@ def test_vectorised_simulator_equals_the_reference_loop(replicas):
     slow = reference_simulate(latency, busy, replicas, 30.0, jump)
     assert np.allclose(fast.latency_us, slow.latency_us) and (fast.failovers == slow.failovers).all()
     assert fast.failovers.max() <= replicas - 1
+
+
+def test_iodas_busy_remaining_time_and_time_windows():
+    latency = np.array([100.0, 5000.0, 200.0, 4000.0, 300.0, 6000.0])
+    busy = latency > 1000
+    jump = np.array([[2, 2, 0, 0, 1, 3], [0, 4, 4, 4, 3, 0]])  # 1 -> 3 -> 5: every replica busy
+    plain = simulate(latency, busy, 3, 30.0, jump=jump)
+    brt = simulate(latency, busy, 3, 30.0, jump=jump, brt=True)
+    served = {1: latency[[1, 3, 5]].min()}  # the one free first serves, not the last
+    assert plain.latency_us[1] == 60 + 6000 and brt.latency_us[1] == 60 + served[1]
+    assert (brt.latency_us <= plain.latency_us).all() and (brt.failovers == plain.failovers).all()
+    windows = time_windows(latency, busy, 3, 30.0, np.random.default_rng(0))
+    assert (windows.failovers == busy).all() and (windows.latency_us[busy] <= 30 + 300).all()
+    assert (windows.latency_us[~busy] == latency[~busy]).all()
+    with pytest.raises(ValueError, match="time windows need at least two replicas"):
+        time_windows(latency, busy, 1, 30.0, np.random.default_rng(0))
 
 
 def test_simulator_semantics_and_seed():
@@ -213,7 +229,8 @@ def test_baselines_and_simulate(tmp_path):
     proc = run_cli("admission", "baselines", "--trace", str(shared(TRACE)), "--replicas", "3",
                    "--failover-cost-us", "30", "--json", check=True)
     result = json.loads(proc.stdout.strip().splitlines()[-1])["baselines"]
-    names = {"no_admission", "random", "hedging", "perfect", "threshold_equation", "bias_equation", "bias_hindsight",
+    names = {"no_admission", "random", "hedging", "perfect", "fail_if_slow", "brt", "time_windows",
+             "threshold_equation", "bias_equation", "bias_hindsight",
              "global", "greedy", "greedy_skip"}
     assert set(result) == names
     for r in result.values():

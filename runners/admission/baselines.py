@@ -1,6 +1,7 @@
 """The baselines an admission configuration is judged against, on the test part of a trace, all
 with the same failover draws (common random numbers): no admission, random rejection, hedging
-after a timeout, a perfect predictor, ML-MittOS's threshold and bias equations, and its strategies over the regressor's
+after a timeout, a perfect predictor, IODA's fail-if-slow, busy remaining time and time windows (which
+need device support), ML-MittOS's threshold and bias equations, and its strategies over the regressor's
 loss bias: bias_hindsight (the thesis's "oracle": the best of ten biases on the test part itself), global,
 greedy and greedy-skip.
 """
@@ -13,7 +14,7 @@ import numpy as np
 
 from runners.admission.analytics import Candidate, bias_equation, bias_shift, choose, threshold_equation
 from runners.admission.pipeline import AdmissionConfig, Pipeline
-from runners.admission.simulator import jumps, simulate
+from runners.admission.simulator import jumps, simulate, time_windows
 
 BIAS_GRID = tuple(round(0.1 * i, 1) for i in range(10))  # 0.0 .. 0.9, as in the thesis
 STRATEGIES = ("bias_hindsight", "global", "greedy", "greedy_skip")
@@ -53,6 +54,16 @@ def baselines(pipeline: Pipeline, replicas: int, failover_cost_us: float, thresh
         "random": on_test(rng.random(len(test)) < 1 - threshold_percentile / 100),
         "perfect": perfect(latency, on_test),
     }
+    # IODA's strategies, with device support the host-only policies do not have (a perfect busy flag)
+    slow = latency > threshold
+    out["fail_if_slow"] = {**on_test(slow), "assumes": "the device fails a read that would be slow (IOD1): a perfect "
+                                                       "busy flag at the threshold"}
+    out["brt"] = {**simulate(latency, slow, replicas, failover_cost_us, jump=jump, brt=True).summary(),
+                  "assumes": "fail_if_slow, and when every replica is busy the one free first serves (IOD2)"}
+    if replicas > 1:
+        windows = time_windows(latency, slow, replicas, failover_cost_us, np.random.default_rng(seed))
+        out["time_windows"] = {**windows.summary(), "assumes": "replicas take turns to be busy, so a failover "
+                                                               "lands on a free one (IOD3)"}
     hedged, sent = hedging(latency, threshold, replicas, failover_cost_us, jump)
     p99 = float(np.percentile(hedged, 99))
     out["hedging"] = {"mean_latency_us": float(hedged.mean()), "p99_latency_us": p99, "failover_rate": float(sent.mean())}

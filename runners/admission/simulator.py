@@ -40,14 +40,19 @@ def jumps(n: int, replicas: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def simulate(latency: np.ndarray, busy: np.ndarray, replicas: int, failover_cost_us: float,
-             rng: np.random.Generator | None = None, jump: np.ndarray | None = None) -> Outcome:
-    """End-to-end latency of every request under admission with failover."""
+             rng: np.random.Generator | None = None, jump: np.ndarray | None = None,
+             brt: bool = False) -> Outcome:
+    """End-to-end latency of every request under admission with failover.
+
+    ``brt``: IODA's busy remaining time (IOD2). A request whose every replica said busy is served by
+    the visited replica that is free first (the least latency among them), not by the last one."""
     n = len(latency)
     jump = jumps(n, replicas, rng or np.random.default_rng(0)) if jump is None else jump
     current = np.arange(n)
     total = np.zeros(n)
     failovers = np.zeros(n, dtype=np.int64)
     active = np.ones(n, dtype=bool)
+    soonest = latency.copy()  # the least latency among the replicas visited so far
     for step in range(replicas - 1):
         active &= busy[current]
         if not active.any():
@@ -57,7 +62,28 @@ def simulate(latency: np.ndarray, busy: np.ndarray, replicas: int, failover_cost
         current[moved] = target + (target >= current[moved])  # a random *other* request
         total[moved] += failover_cost_us
         failovers[moved] += 1
-    return Outcome(total + latency[current], failovers)
+        soonest[moved] = np.minimum(soonest[moved], latency[current[moved]])
+    served = latency[current]
+    if brt:  # every replica said busy: the one free first serves
+        exhausted = active & busy[current] if replicas > 1 else busy.copy()
+        served = np.where(exhausted, soonest, served)
+    return Outcome(total + served, failovers)
+
+
+def time_windows(latency: np.ndarray, busy: np.ndarray, replicas: int, failover_cost_us: float,
+                 rng: np.random.Generator) -> Outcome:
+    """IODA's time windows (IOD3): the replicas take turns to do their internal work, so at most one
+    is busy at a time and a failover always lands on a free one. A read flagged busy fails over once
+    and is served as a random request that was not busy. Needs r >= 2 and device support."""
+    if replicas < 2:
+        raise ValueError("time windows need at least two replicas")
+    free = np.flatnonzero(~busy)
+    if not len(free):
+        raise ValueError("time windows need some request that is not busy")
+    served = latency.copy()
+    flagged = np.flatnonzero(busy)
+    served[flagged] = failover_cost_us + latency[free[rng.integers(0, len(free), len(flagged))]]
+    return Outcome(served, busy.astype(np.int64))
 
 
 def reference_simulate(latency: np.ndarray, busy: np.ndarray, replicas: int, failover_cost_us: float,
