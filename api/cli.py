@@ -47,7 +47,7 @@ from search_spaces import Config, format_config, list_spaces, load_space
 from tuner import ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, best_trial
 from tuner.analysis import held_out, table_rank
 from tuner.campaign import WARM_STARTS
-from tuner.history import SchemaError, make_engine, upgrade_schema
+from tuner.schema import SchemaError, make_engine, upgrade_schema
 
 app = typer.Typer(
     add_completion=False,

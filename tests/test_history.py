@@ -9,7 +9,7 @@ from sqlalchemy import text
 from runners import Measurement, Status
 from search_spaces import Config
 from tuner import History
-from tuner.history import make_engine
+from tuner.schema import make_engine
 from tuner.models import Base
 
 CAMPAIGN = dict(

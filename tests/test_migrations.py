@@ -21,8 +21,8 @@ from sqlalchemy.engine import make_url
 
 from conftest import BACKENDS, ROOT, run_cli
 from tuner import History
-from tuner.history import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 from tuner.models import Base
+from tuner.schema import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 
 HEAD = "0004"
 OPENERS = 4

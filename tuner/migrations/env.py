@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection that tuner.history.upgrade_schema() hands over (in its
+"""Alembic environment: runs on the connection that tuner.schema.upgrade_schema() hands over (in its
 transaction, which holds the migration lock, so begin_transaction() below adds none), or on the URL
 in STORETUNE_DATABASE_URL when run from the alembic command line."""
 

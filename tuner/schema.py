@@ -1,0 +1,156 @@
+"""Opening a history's database: its URL, the engine (SQLite in WAL mode, or PostgreSQL), and its
+Alembic schema, migrated by writers under a lock and only checked by readers."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import alembic.command
+import alembic.config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+# The key of the PostgreSQL advisory lock that migrations take: the same in every StoreTune process.
+MIGRATION_LOCK = int.from_bytes(b"StoreTun", "big")
+UPGRADE_COMMAND = "storetune db upgrade"
+
+
+class SchemaError(Exception):
+    """The history is missing, or its schema is not the one this code reads; the message says what to do."""
+
+
+def parse_url(url: str) -> Any:
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise ValueError(f"{url!r} is not a history URL: write sqlite:////path/to/history.sqlite or "
+                         "postgresql://user@host/database") from None
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``: SQLite with WAL and a busy timeout, or PostgreSQL through psycopg 3."""
+    parsed = parse_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")  # the driver StoreTune installs
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError(f"a history is SQLite or PostgreSQL, not {backend} ({parsed.render_as_string()})")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError("sqlite:// is a history in memory, lost when the command ends: name a file, "
+                         "sqlite:////path/to/history.sqlite")
+    if backend != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        parsed = parsed.set(database=str(Path(parsed.database).expanduser()))  # SQLite would open "~/" literally
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        _wal(cursor)
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+def _wal(cursor: Any, patience_s: float = 30.0) -> None:
+    """Switch a new SQLite file to WAL. The switch needs the file to itself and SQLite answers "database
+    is locked" at once, without its busy timeout, while another process holds it (one that is creating
+    the schema of the same new history): so it is retried here, as the busy timeout would."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _alembic_config() -> alembic.config.Config:
+    config = alembic.config.Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+@functools.cache
+def _revisions() -> tuple[str, frozenset[str]]:
+    """This code's newest schema revision, and every revision it knows."""
+    script = ScriptDirectory.from_config(_alembic_config())
+    head = script.get_current_head()
+    assert head is not None, "tuner/migrations has no revision"
+    return head, frozenset(s.revision for s in script.walk_revisions())
+
+
+def schema_revision(connection: Connection) -> str | None:
+    """The revision the database's schema is at (None: no StoreTune schema); one this code does not
+    know is a ``SchemaError``."""
+    current = MigrationContext.configure(connection).get_current_revision()
+    head, known = _revisions()
+    if current is not None and current not in known:
+        url = connection.engine.url.render_as_string(hide_password=True)
+        raise SchemaError(f"the history at {url} has schema revision {current}, newer than this StoreTune knows "
+                          f"(its newest is {head}): upgrade StoreTune")
+    return current
+
+
+def upgrade_schema(engine: Engine) -> tuple[str | None, str]:
+    """Bring the schema to the newest revision; returns the revisions (before, after).
+
+    Several processes may open a new history at once (workers, a CLI beside the service): the
+    revision is read and the migrations run in one transaction that holds a lock, an exclusive
+    transaction on SQLite, an advisory lock on PostgreSQL, so the first migrates and the others
+    then find the newest revision and do nothing."""
+    head, _ = _revisions()
+    with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # pysqlite opens transactions itself, late (never before DDL) and only deferred; in its
+            # autocommit mode it leaves them to us (SQLAlchemy restores the mode when the connection returns)
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+        with connection.begin():
+            if connection.dialect.name == "sqlite":
+                connection.exec_driver_sql("BEGIN EXCLUSIVE")
+            elif connection.dialect.name == "postgresql":
+                connection.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK)))
+            before = schema_revision(connection)
+            if before != head:
+                config = _alembic_config()
+                config.attributes["connection"] = connection  # env.py runs on it, in this transaction
+                alembic.command.upgrade(config, "head")
+    return before, head
+
+
+def check_schema(engine: Engine) -> str:
+    """The schema's revision if it is this code's newest; else a ``SchemaError`` saying what to do."""
+    head, _ = _revisions()
+    with engine.connect() as connection:
+        current = schema_revision(connection)
+    url = engine.url.render_as_string(hide_password=True)
+    if current is None:
+        raise SchemaError(f"no history at {url}: the database has no StoreTune schema (a campaign creates it, "
+                          f"or `{UPGRADE_COMMAND}`)")
+    if current != head:
+        raise SchemaError(f"the history at {url} has schema revision {current}, older than this StoreTune's "
+                          f"{head}: run `{UPGRADE_COMMAND}` on it first")
+    return current
+
+
+def refuse_a_missing_file(url: str) -> None:
+    """A reader does not create the SQLite file it was asked to read."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        if not Path(parsed.database).expanduser().exists():
+            raise SchemaError(f"no history at {url}: the file does not exist (a campaign creates it; "
+                              "is --db or STORETUNE_DATABASE_URL the one you meant?)")
