@@ -22,8 +22,6 @@ import pytest
 from conftest import ROOT
 from runners import Status, make_runner
 from runners.device.safety import UnsafeDevice, check_block_device
-from runners.device.shell import Result, Shell
-from runners.device.state import Reaped, reap
 from runners.device.target import DeviceError
 
 pytestmark = [
@@ -301,122 +299,6 @@ def test_a_tune_killed_mid_benchmark_leaves_nothing_after_the_next_start(loop_di
     assert "still in effect" not in after.stderr
     assert not fio.alive() and group(killed.pid) == [] and group(fio.pid) == []
     assert leftovers(loop_dir) == NOTHING  # no loop device, mount, process, image, work folder or setup log
-
-
-def dead_pid() -> int:
-    """The pid of a process that has ended (recorded with a start time no live process has)."""
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
-def write_state(pid: int, *entries: dict) -> Path:
-    state = Path(os.environ["STORETUNE_STATE_DIR"])
-    state.mkdir(parents=True, exist_ok=True)
-    path = state / f"device-{pid}-0-0.json"
-    path.write_text(json.dumps({"pid": pid, "start": "0", "entries": [{"id": i, **e} for i, e in enumerate(entries)]}))
-    return path
-
-
-class Refusing(Shell):
-    """Runs commands for real, except the ones it refuses as a busy system would."""
-
-    def __init__(self, *refused: str):
-        super().__init__()
-        self.refused = refused
-
-    def run(self, argv, *, timeout=None, check=True):
-        if argv[0] in self.refused:
-            return Result(tuple(argv), 32, "", f"{argv[0]}: {argv[-1]}: target is busy.\n", 0.0)
-        return super().run(argv, timeout=timeout, check=check)
-
-
-def test_the_reaper_keeps_what_it_could_not_undo_and_says_so(loop_dir, tmp_path):
-    not_a_setting = tmp_path / "scheduler"
-    not_a_setting.mkdir()  # a write to it fails, as the kernel's refusal would
-    busy = tmp_path / "busy"
-    (busy / "inside").mkdir(parents=True)
-    path = write_state(dead_pid(), {"kind": "sysfs", "path": str(not_a_setting), "original": "mq-deadline"},
-                       {"kind": "sysfs", "path": "/sys/block/loop999/queue/scheduler", "original": "none"},
-                       {"kind": "file", "path": str(busy)}, {"kind": "file", "path": str(tmp_path / "gone.img")})
-    garbage = path.with_name("device-1-0-0.json")
-    garbage.write_text('{"pid": 1, "entr')  # written by something else, or a disk that failed
-    reaped = reap(Shell())
-    assert reaped.done == []  # the vanished sysfs node and file left nothing to undo
-    assert reaped.failed == [f"could not read {garbage}: Unterminated string starting at: line 1 column 12 (char 11);"
-                             " left in place, nothing it records was undone",
-                             f"could not remove {busy}: Is a directory",
-                             f"could not restore {not_a_setting} = mq-deadline: Is a directory"]
-    assert [e["path"] for e in json.loads(path.read_text())["entries"]] == [str(not_a_setting), str(busy)]
-    assert garbage.exists()
-    not_a_setting.rmdir()  # its device went away: nothing left to undo
-    shutil.rmtree(busy)
-    garbage.unlink()
-    assert reap(Shell()) == Reaped() and state_files() == []
-
-
-def test_what_a_live_runner_holds_is_never_reaped_for_a_dead_one_of_the_same_pid(loop_dir):
-    """A reused pid reuses the names run-<pid> and storetune-<pid>-<n>.img: a dead runner's entry
-    whose undo failed must not remove the live runner's folder (the review's finding)."""
-    workdir = loop_dir / "run-4242"
-    (workdir / "mnt").mkdir(parents=True)
-    write_state(dead_pid(), {"kind": "tree", "path": str(workdir)})
-    live = Path(os.environ["STORETUNE_STATE_DIR"]) / f"device-{os.getppid()}-live.json"
-    start = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    live.write_text(json.dumps({"pid": os.getppid(), "start": start, "entries": [{"id": 1, "kind": "tree",
-                                                                                  "path": str(workdir)}]}))
-    try:
-        assert reap(Shell()) == Reaped()
-        assert workdir.is_dir()
-    finally:
-        live.unlink()
-        workdir.joinpath("mnt").rmdir()
-        workdir.rmdir()
-
-
-def test_the_work_folder_is_reaped_only_after_its_mount_and_never_through_a_symlink(loop_dir, tmp_path):
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "keep").write_text("not the runner's")
-    workdir = loop_dir / "run-4242"
-    (workdir / "mnt").mkdir(parents=True)
-    (workdir / "varmail.fio").write_text("[global]\n")
-    (workdir / "to-outside").symlink_to(outside)
-    (workdir / "to-keep").symlink_to(outside / "keep")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(workdir / "mnt")], check=True)
-    try:
-        (workdir / "mnt" / "data").write_text("on the mounted file system")
-        path = write_state(dead_pid(), {"kind": "tree", "path": str(workdir)},
-                           {"kind": "mount", "path": str(workdir / "mnt"), "device": "tmpfs"})
-        reaped = reap(Refusing("umount"))
-        assert reaped.failed == [f"could not unmount {workdir / 'mnt'}: umount: {workdir / 'mnt'}: target is busy.",
-                                 f"could not remove {workdir}: {workdir / 'mnt'} is still mounted"]
-        assert (workdir / "mnt" / "data").exists() and len(json.loads(path.read_text())["entries"]) == 2
-        reaped = reap(Shell())
-        assert reaped == Reaped(done=[f"unmounted {workdir / 'mnt'}", f"removed {workdir}"])
-    finally:
-        if (workdir / "mnt").is_mount():
-            subprocess.run(["umount", str(workdir / "mnt")], check=True)
-    assert not workdir.exists() and (outside / "keep").read_text() == "not the runner's"
-    assert leftovers(loop_dir) == NOTHING
-
-
-def test_a_loop_device_that_stays_attached_stays_recorded(loop_dir):
-    image = loop_dir / "storetune-4242-0.img"
-    subprocess.run(["truncate", "-s", "1M", str(image)], check=True)
-    device = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    try:  # killed after losetup attached it, before the runner knew which device it was
-        write_state(dead_pid(), {"kind": "file", "path": str(image)},
-                    {"kind": "loop", "file": str(image), "device": None})
-        reaped = reap(Refusing("losetup"))
-        assert reaped.failed == [f"could not detach {device} ({image}): losetup: {device}: target is busy."]
-        assert reaped.done == [f"removed {image}"]  # the kernel keeps the deleted file while it is attached
-        assert reap(Shell()) == Reaped(done=[f"detached {device}"])
-    finally:
-        if _read(Path("/sys/block") / Path(device).name / "loop" / "backing_file").startswith(str(image)):
-            subprocess.run(["losetup", "-d", device], check=True)
-    assert leftovers(loop_dir) == NOTHING
 
 
 def test_dry_run_touches_nothing(loop_dir, capsys):

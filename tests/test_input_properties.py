@@ -79,6 +79,21 @@ def assert_names_line(error: Exception, path: Path, line: int | None) -> None:
 CELL_CORRUPTIONS = ("dropped field", "nan or inf", "text in a number column", "empty cell")
 
 
+def corrupt_cell(row: list[str], corruption: str, numeric: list[int], emptiable: list[int], data) -> list[str]:
+    """A copy of ``row`` with one of CELL_CORRUPTIONS: a field dropped, a number made non-finite or
+    text, or a cell of ``emptiable`` emptied."""
+    row = list(row)
+    if corruption == "dropped field":
+        del row[data.draw(st.integers(0, len(row) - 1), label="field")]
+    elif corruption == "nan or inf":
+        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(NON_FINITE)
+    elif corruption == "text in a number column":
+        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(WORDS)
+    else:
+        row[data.draw(st.sampled_from(emptiable), label="column")] = ""
+    return row
+
+
 @st.composite
 def long_tables(draw) -> tuple[list[str], list[list[str]], list[int], list[int]]:
     """A sweep's long table: a workload, 1-2 options, repeat, status, reason and two metrics; each
@@ -102,15 +117,7 @@ def long_tables(draw) -> tuple[list[str], list[list[str]], list[int], list[int]]
 def test_a_corrupted_table_cell_is_an_error_naming_its_line(table, corruption, data):
     header, rows, numeric = table
     i = data.draw(st.integers(0, len(rows) - 1), label="row")
-    row = list(rows[i])
-    if corruption == "dropped field":
-        del row[data.draw(st.integers(0, len(row) - 1), label="field")]
-    elif corruption == "nan or inf":
-        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(NON_FINITE)
-    elif corruption == "text in a number column":
-        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(WORDS)
-    else:
-        row[data.draw(st.integers(0, len(row) - 1), label="column")] = ""
+    row = corrupt_cell(rows[i], corruption, numeric, list(range(len(header))), data)
     corrupted = [*rows[:i], row, *rows[i + 1:]]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.csv"
@@ -127,14 +134,8 @@ def test_a_corrupted_long_table_is_an_error_naming_its_line(table, corruption, d
     row = list(rows[i])
     corrupted = [list(r) for r in rows]
     line = i + 2
-    if corruption == "dropped field":
-        del row[data.draw(st.integers(0, len(row) - 1), label="field")]
-    elif corruption == "nan or inf":
-        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(NON_FINITE)
-    elif corruption == "text in a number column":
-        row[data.draw(st.sampled_from(numeric), label="column")] = data.draw(WORDS)
-    elif corruption == "empty cell":  # a metric may be empty (not measured); an option may not, here
-        row[data.draw(st.sampled_from(options), label="column")] = ""
+    if corruption in CELL_CORRUPTIONS:  # a metric may be empty (not measured); an option may not, here
+        row = corrupt_cell(row, corruption, numeric, options, data)
     elif corruption == "repeat":
         row[header.index("repeat")] = data.draw(st.sampled_from(["-1", "x", "1.5", "nan", ""]))
     else:  # the row again at the end, as a file copied twice into a folder would give
