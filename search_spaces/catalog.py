@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -70,6 +70,7 @@ class SpaceSpec(BaseModel):
     extends: str | None = None
     parameters: list[ParameterSpec] = []
     forbidden: list[ForbiddenSpec] = []
+    start: Literal["default"] | None = None  # "default": a campaign measures the defaults first
 
 
 def space_from_dict(data: dict[str, Any], *, base: SearchSpace | None = None) -> SearchSpace:
@@ -85,7 +86,8 @@ def space_from_dict(data: dict[str, Any], *, base: SearchSpace | None = None) ->
     params += [p.build() for p in spec.parameters]
     forbidden += [Forbidden(Condition.parse(f.when), f.reason) for f in spec.forbidden]
     description = spec.description or (base.description if base else "")
-    return SearchSpace(spec.name, params, forbidden, description)
+    start = spec.start or (base.start if base else None)
+    return SearchSpace(spec.name, params, forbidden, description, start)
 
 
 @lru_cache(maxsize=None)

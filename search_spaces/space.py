@@ -46,9 +46,13 @@ class SearchSpace:
         parameters: Sequence[Parameter],
         forbidden: Sequence[Forbidden] = (),
         description: str = "",
+        start: str | None = None,
     ):
         self.name = name
         self.description = description
+        # "default": the defaults are a known-good configuration, and a campaign measures them first (SMAC's
+        # initial design does the same), so no search ends worse than the configuration it started from
+        self.start = start
         self.parameters: tuple[Parameter, ...] = tuple(parameters)
         self.forbidden: tuple[Forbidden, ...] = tuple(forbidden)
         self._by_name = {p.name: p for p in self.parameters}
@@ -140,7 +144,7 @@ class SearchSpace:
         pinned = {name: self[name].canonical(value) for name, value in values.items()}
         parameters = [_pin(p, pinned[p.name]) if p.name in pinned else p for p in self.parameters]
         label = ", ".join(f"{k}={v}" for k, v in pinned.items())
-        return SearchSpace(self.name, parameters, self.forbidden, f"{self.description} ({label} fixed)")
+        return SearchSpace(self.name, parameters, self.forbidden, f"{self.description} ({label} fixed)", self.start)
 
     # --- sampling and moves -----------------------------------------------------------------------
     def sample(self, rng: np.random.Generator) -> Config:
@@ -266,7 +270,10 @@ class SearchSpace:
             d.update({k: v for k, v in (("doc", p.doc), ("source", p.source), ("unit", p.unit)) if v})
             params.append(d)
         forbidden = [{"when": f.condition.to_spec(), "reason": f.reason} for f in self.forbidden]
-        return {"name": self.name, "description": self.description, "parameters": params, "forbidden": forbidden}
+        out = {"name": self.name, "description": self.description, "parameters": params, "forbidden": forbidden}
+        if self.start:  # only when set: the fingerprints of the spaces without it stay as they were
+            out["start"] = self.start
+        return out
 
     def fingerprint(self) -> str:
         """A stable hash of the definition: campaigns on the same fingerprint share a history."""
