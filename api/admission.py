@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import numpy as np
 import typer
 
-from api.common import JsonOption, UserError, console
+from api.common import DbOption, JsonOption, UserError, console, open_history
 
 app = typer.Typer(no_args_is_help=True, help="ML I/O admission on a block trace (FlashNet or replayed).")
 
@@ -21,7 +21,9 @@ FailoverOption = Annotated[float, typer.Option(help="Cost of one failover, in mi
 
 
 def _config(model: str, labeling: str, network: str, history_depth: int, threshold_percentile: float,
-            class_weight: float, loss_bias: float, noise_filter: bool, decision_threshold: float = 0.5) -> Any:
+            class_weight: float, loss_bias: float, noise_filter: bool, decision_threshold: float = 0.5,
+            features: str = "extended", replicas: int = 3, failover_cost_us: float = 30.0) -> Any:
+    from runners.admission.features import FEATURE_SETS
     from runners.admission.model import KINDS
     from runners.admission.pipeline import AdmissionConfig
 
@@ -33,21 +35,48 @@ def _config(model: str, labeling: str, network: str, history_depth: int, thresho
         raise UserError(f"--decision-threshold must be in (0, 1), not {decision_threshold:g}")
     if model == "regressor" and not 0 <= loss_bias < 1:
         raise UserError(f"--loss-bias must be in [0, 1) for the regressor, not {loss_bias}")
-    if labeling not in ("cutoff", "period"):
-        raise UserError(f"--labeling {labeling!r}: choose cutoff or period")
+    if labeling not in ("cutoff", "period", "pays"):
+        raise UserError(f"--labeling {labeling!r}: choose pays, cutoff or period")
+    if features not in FEATURE_SETS:
+        raise UserError(f"--features {features!r}: choose {', '.join(FEATURE_SETS)}")
     return AdmissionConfig(model_kind=model, labeling=labeling, network=network, history_depth=history_depth,
+                           features=features, replicas=replicas, failover_cost_us=failover_cost_us,
                            threshold_percentile=threshold_percentile, class_weight=class_weight,
                            loss_bias=loss_bias, noise_filter=noise_filter, decision_threshold=decision_threshold)
 
 
-def _failover_pipeline(trace: Path, split: float, seed: int, replicas: int, failover_cost_us: float) -> Any:
+def _failover_pipeline(trace: Path, split: float, seed: int, replicas: int, failover_cost_us: float,
+                       epochs: int = 10) -> Any:
     from runners.admission.pipeline import Pipeline
 
     if replicas < 1:
         raise UserError(f"--replicas must be at least 1, not {replicas}")
     if not (np.isfinite(failover_cost_us) and failover_cost_us >= 0):
         raise UserError(f"--failover-cost-us must be a finite number of microseconds, at least 0, not {failover_cost_us}")
-    return Pipeline(trace, train=split, seed=seed)
+    return Pipeline(trace, train=split, seed=seed, epochs=epochs)
+
+
+def _campaign_best(campaign: int, db: str | None, pipeline: Any, replicas: int, failover_cost_us: float) -> Any:
+    """The best configuration of an admission campaign on this very trace and split, at these r and f."""
+    from runners.admission.pipeline import AdmissionConfig
+    from tuner import best_trial
+
+    history = open_history(db, migrate=False)
+    record = history.campaign(campaign)
+    if record.runner != "admission":
+        raise UserError(f"campaign {campaign} tuned the {record.runner} runner, not admission")
+    tuned_on = record.workload.get("params", record.workload)
+    if tuned_on.get("sha256") != pipeline.sha256 or tuned_on.get("train") != pipeline.split_share:
+        raise UserError(f"campaign {campaign} was tuned on {record.workload_name} (train share {tuned_on.get('train')}), "
+                        f"not on {pipeline.path.name} with --split {pipeline.split_share}: its test part would differ")
+    top = best_trial(history.trials(campaign), record.objective_direction)
+    if top is None:
+        raise UserError(f"campaign {campaign} has no succeeded trial yet")
+    cfg = AdmissionConfig.of(top.config)
+    if (cfg.replicas, cfg.failover_cost_us) != (replicas, failover_cost_us):
+        raise UserError(f"campaign {campaign}'s best runs r={cfg.replicas}, f={cfg.failover_cost_us:g} us; "
+                        f"pass --replicas {cfg.replicas} --failover-cost-us {cfg.failover_cost_us:g}")
+    return cfg
 
 
 def _emit(result: dict[str, Any], as_json: bool, title: str) -> None:
@@ -64,35 +93,42 @@ def _emit(result: dict[str, Any], as_json: bool, title: str) -> None:
 def train(
     trace: TraceOption,
     model: Annotated[str, typer.Option(help="classifier (a network), regressor, or boosted_trees (a classifier "
-                                            "of gradient-boosted trees).")] = "classifier",
-    labeling: Annotated[str, typer.Option(help="cutoff (LinnOS) or period (HEIMDALL).")] = "period",
+                                            "of gradient-boosted trees).")] = "boosted_trees",
+    labeling: Annotated[str, typer.Option(help="pays (slow where a perfect failover pays most on the training part), "
+                                               "cutoff (LinnOS: a latency percentile) or period (HEIMDALL).")]
+    = "pays",
     network: Annotated[str, typer.Option(help="heimdall (128-16-1) or linnos (256-1).")] = "heimdall",
     history_depth: Annotated[int, typer.Option(help="Past I/Os the features describe.")] = 3,
+    features: Annotated[str, typer.Option(help="heimdall (HEIMDALL's five), linnos (LinnOS's digits), or extended "
+                                               "(heimdall, outstanding I/Os and locality).")] = "extended",
     threshold_percentile: Annotated[float, typer.Option(help="Slow above this latency percentile (cutoff, regressor).")]
     = 90.0,
     class_weight: Annotated[float, typer.Option(help="A classifier's weight of the slow class (>= 1).")] = 1.0,
     decision_threshold: Annotated[float, typer.Option(help="A classifier fails a read over above this probability "
                                                            "of slow, in (0, 1).")] = 0.5,
     loss_bias: Annotated[float, typer.Option(help="The regressor's AMSE bias, in [0, 1).")] = 0.0,
-    noise_filter: Annotated[bool, typer.Option(help="HEIMDALL's 3-stage filter on the training labels.")] = True,
+    noise_filter: Annotated[bool, typer.Option(help="HEIMDALL's 3-stage filter on the training labels (made for "
+                                                    "period labels).")] = False,
     joint: Annotated[int, typer.Option(help="I/Os per decision (joint inference).")] = 1,
+    replicas: Annotated[int, typer.Option(help="Replicas of the deployment (pays labelling).")] = 3,
+    failover_cost_us: Annotated[float, typer.Option(help="Cost of one failover, in microseconds (pays labelling).")]
+    = 30.0,
     split: SplitOption = 0.8,
     seed: SeedOption = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Train a model and report its accuracy on the test part: ROC-AUC, PR-AUC, F1, FNR, FPR."""
     from runners.admission.model import accuracy, inference_cost
-    from runners.admission.pipeline import Pipeline
 
     cfg = _config(model, labeling, network, history_depth, threshold_percentile, class_weight, loss_bias, noise_filter,
-                  decision_threshold)
-    pipeline = Pipeline(trace, train=split, seed=seed)
+                  decision_threshold, features, replicas, failover_cost_us)
+    pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
+    labels = pipeline.slow_labels(cfg, "test")  # never filtered: the test part is judged as it is
     trained = pipeline.model(cfg)
-    X = pipeline.X(cfg.history_depth)[pipeline.reads("test")]
-    labels = pipeline.labels(cfg, "test")  # never filtered: the test part is judged as it is
+    X = pipeline.inputs(cfg, "test")
     result: dict[str, Any] = {"trace": trace.name, "model": model, "labeling": labeling if cfg.is_classifier else
                               "cutoff", "network": network if model != "boosted_trees" else None,
-                              "history_depth": history_depth, "joint": joint, "test_reads": int(len(labels)),
+                              "history_depth": history_depth, "features": features, "joint": joint, "test_reads": int(len(labels)),
                               **({"decision_threshold": decision_threshold} if cfg.is_classifier else {})}
     result.update(accuracy(labels, trained.scores(X), pipeline.decide(cfg, "test", joint)))
     result.update(inference_cost(trained, X, joint=max(joint, 4)))
@@ -119,7 +155,7 @@ def simulate(
     threshold = threshold_us if threshold_us is not None else pipeline.threshold_us(90)
     pipeline.check_threshold(threshold)
     regressor = AdmissionConfig(model_kind="regressor")
-    X = pipeline.X(regressor.history_depth)[pipeline.reads("test")]
+    X = pipeline.inputs(regressor, "test")
     busy = pipeline.model(regressor).scores(X) > threshold
     outcome = pipeline.simulate(busy, "test", replicas, failover_cost_us, seed)
     result: dict[str, Any] = {"trace": trace.name, "threshold_us": threshold, "replicas": replicas,
@@ -137,6 +173,9 @@ def baselines(
     replicas: ReplicasOption = 3,
     failover_cost_us: FailoverOption = 30.0,
     threshold_percentile: Annotated[float, typer.Option(help="The hand-chosen threshold, as a percentile.")] = 90.0,
+    campaign: Annotated[Optional[int], typer.Option(help="Also judge this admission campaign's best configuration "
+                                                         "(tuned on this trace), as 'tuned'.")] = None,
+    db: DbOption = None,
     split: SplitOption = 0.8,
     seed: SeedOption = 0,
     as_json: JsonOption = False,
@@ -145,7 +184,8 @@ def baselines(
     from runners.admission.baselines import baselines as run_baselines
 
     pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
-    results = run_baselines(pipeline, replicas, failover_cost_us, threshold_percentile, seed)
+    tuned = {"tuned": _campaign_best(campaign, db, pipeline, replicas, failover_cost_us)} if campaign is not None else None
+    results = run_baselines(pipeline, replicas, failover_cost_us, threshold_percentile, seed, tuned)
     if as_json:
         print(json.dumps({"baselines": results}, default=float))
         return
@@ -159,3 +199,70 @@ def baselines(
     for name, r in results.items():
         if "assumes" in r:
             console.print(f"  * {name}: {r['assumes']}", markup=False, highlight=False)
+
+
+@app.command()
+def explain(
+    trace: TraceOption,
+    replicas: ReplicasOption = 3,
+    failover_cost_us: FailoverOption = 30.0,
+    model: Annotated[Optional[list[str]], typer.Option(help="Model kinds to compare (repeat); default: all three.")]
+    = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs of the networks.")] = 10,
+    split: SplitOption = 0.8,
+    seed: SeedOption = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Where the signal is: a feature ablation, ROC-AUC and PR-AUC per model kind and feature set, calibration,
+    history depth and joint inference, for cutoff and period labels of the test part."""
+    from runners.admission.explain import explain as run_explain
+    from runners.admission.model import KINDS
+
+    kinds = tuple(model or KINDS)
+    for kind in kinds:
+        if kind not in KINDS:
+            raise UserError(f"--model {kind!r}: choose {', '.join(KINDS)}")
+    if epochs < 1:
+        raise UserError(f"--epochs must be at least 1, not {epochs}")
+    pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us, epochs)
+    result = run_explain(pipeline, replicas, failover_cost_us, kinds)
+    if as_json:
+        print(json.dumps(result, default=float))
+        return
+    show_explanation(result)
+
+
+def show_explanation(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]where the signal is: {result['trace']}, test part ({result['test_reads']} reads)[/]")
+    console.print(f"  pays: slow above {result['pays_us']:.0f} us (p{result['pays_percentile']:.1f} of the training "
+                  f"reads), where a perfect predictor's failover pays most at r={result['replicas']}, "
+                  f"f={result['failover_cost_us']:g} us; cutoff: slow above {result['cutoff_us']:.0f} us "
+                  f"(p{result['cutoff_percentile']:g}); period: HEIMDALL's busy periods", markup=False, highlight=False)
+    for labeling, r in result["labelings"].items():
+        table = Table(title=f"{labeling} labels: {r['slow_share']:.1%} of test reads slow (PR-AUC of a coin: "
+                            f"{r['slow_share']:.3f})", title_justify="left")
+        for column in ("features / model", "ROC-AUC", "PR-AUC", "Brier"):
+            table.add_column(column, justify="left" if column.startswith("features") else "right")
+        for name, a in r["ablation"].items():
+            table.add_row(f"trees, {name}", f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", "")
+        for name, a in r["models"].items():
+            brier = f"{a['calibration']['brier']:.3f}" if "calibration" in a else ""
+            table.add_row(name, f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", brier)
+        for depth, a in r["history_depth"].items():
+            table.add_row(f"trees, heimdall, depth {depth}", f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", "")
+        joint = next(v for k, v in r.items() if k.startswith("joint"))
+        table.add_row("trees, extended, joint inference of 4", f"{joint['roc_auc']:.3f}", f"{joint['pr_auc']:.3f}", "")
+        console.print(table)
+        loss = r["ablation"]["all"]["roc_auc"] - r["ablation"][f"without {r['most_signal']}"]["roc_auc"]
+        console.print(f"  most signal ({labeling}): {r['most_signal']}, ROC-AUC {loss:+.3f} with it than without",
+                      markup=False, highlight=False)
+        calibrated = {k: v for k, v in r["models"].items() if "calibration" in v}
+        if calibrated:
+            name = max(calibrated, key=lambda k: calibrated[k]["roc_auc"])
+            points = ", ".join(f"{p['predicted']:.2f}->{p['observed']:.2f}" for p in calibrated[name]["calibration"]["curve"])
+            console.print(f"  calibration of {name} (predicted -> observed share slow, deciles): {points}",
+                          markup=False, highlight=False)
+    console.print("  groups: " + "; ".join(f"{k}: {v}" for k, v in result["groups"].items()), markup=False,
+                  highlight=False)

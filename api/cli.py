@@ -86,7 +86,7 @@ def main() -> None:
 
     def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if issubclass(category, TableWarning):  # ours are one line, as errors are
-            err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+            err.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
         else:
             shown(message, category, *args, **kwargs)
 
@@ -95,11 +95,11 @@ def main() -> None:
         app()
     except (UserError, SchemaError, ValueError, LookupError, OSError) as e:
         message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)  # "[rl]" is no markup
         sys.exit(2)
     except SQLAlchemyError as e:  # an unreachable server, a file that is not a database: one line, not a traceback
         cause = str(getattr(e, "orig", None) or e).strip().splitlines()
-        err.print(f"[bold red]error:[/] the history: {cause[0] if cause else type(e).__name__}", highlight=False,
+        err.print(f"[bold red]error:[/] the history: {escape(cause[0]) if cause else type(e).__name__}", highlight=False,
                   soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:

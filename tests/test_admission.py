@@ -44,7 +44,7 @@ def test_closed_form_equals_the_recurrence():
 
 def test_amse_with_no_bias_is_mse_and_bias_weighs_underestimates():
     torch = pytest.importorskip("torch")
-    from runners.admission.model import amse
+    from runners.admission.nets import amse
 
     predicted, target = torch.tensor([1.0, 2.0, 5.0]), torch.tensor([2.0, 2.0, 3.0])
     assert float(amse(predicted, target, 0.0)) == pytest.approx(float(torch.nn.functional.mse_loss(predicted, target)))
@@ -187,7 +187,7 @@ def test_training_is_reproducible_with_a_seed():
     cfg = AdmissionConfig(model_kind="regressor", loss_bias=0.3)
     first = Pipeline(shared(TRACE), seed=7, epochs=2)
     again = Pipeline(shared(TRACE), seed=7, epochs=2)
-    X = first.X(3)[first.reads("test")]
+    X = first.inputs(cfg, "test")
     assert np.array_equal(first.model(cfg).scores(X), again.model(cfg).scores(X))
 
 
@@ -199,7 +199,7 @@ def test_the_decision_threshold_trades_misses_for_false_alarms_without_retrainin
     pipeline = Pipeline(shared(TRACE), seed=0, epochs=2)
     flagged = []
     for cutoff in (0.5, 0.2, 0.1):
-        cfg = AdmissionConfig(model_kind="classifier", decision_threshold=cutoff)
+        cfg = AdmissionConfig(model_kind="classifier", labeling="period", features="heimdall", decision_threshold=cutoff)
         flagged.append(pipeline.decide(cfg, "test").mean())
     assert flagged[0] <= flagged[1] < flagged[2] and flagged[0] < 0.01 < flagged[2]
     assert len(pipeline._models) == 1  # one model: the threshold only reads its scores

@@ -8,13 +8,15 @@ greedy and greedy-skip.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from runners.admission.analytics import Candidate, bias_equation, bias_shift, choose, threshold_equation
 from runners.admission.pipeline import AdmissionConfig, Pipeline
-from runners.admission.simulator import jumps, simulate, time_windows
+from runners.admission.simulator import jumps, perfect, simulate, time_windows
 
 BIAS_GRID = tuple(round(0.1 * i, 1) for i in range(10))  # 0.0 .. 0.9, as in the thesis
 STRATEGIES = ("bias_hindsight", "global", "greedy", "greedy_skip")
@@ -33,13 +35,15 @@ def hedging(latency: np.ndarray, timeout_us: float, replicas: int, failover_cost
 
 
 def baselines(pipeline: Pipeline, replicas: int, failover_cost_us: float, threshold_percentile: float = 90.0,
-              seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Each baseline's mean and p99 latency and failover rate on the test reads."""
+              seed: int = 0, tuned: Mapping[str, AdmissionConfig] | None = None) -> dict[str, dict[str, Any]]:
+    """Each baseline's mean and p99 latency and failover rate on the test reads; ``tuned``: more
+    configurations to judge beside them (a campaign's best), on the same failover draws."""
     if replicas < 1:
         raise ValueError(f"replicas must be at least 1, not {replicas}")
     test, fit = pipeline.reads("test"), pipeline.reads("fit")
     latency, fit_latency = pipeline.ios.latency_us[test], pipeline.ios.latency_us[fit]
     threshold = pipeline.threshold_us(threshold_percentile)
+    pipeline.slow_labels(AdmissionConfig(model_kind="regressor", threshold_percentile=threshold_percentile))
     rng = np.random.default_rng(seed)
     jump, fit_jump = jumps(len(test), replicas, rng), jumps(len(fit), replicas, rng)
 
@@ -69,7 +73,7 @@ def baselines(pipeline: Pipeline, replicas: int, failover_cost_us: float, thresh
     out["hedging"] = {"mean_latency_us": float(hedged.mean()), "p99_latency_us": p99, "failover_rate": float(sent.mean())}
 
     unbiased = AdmissionConfig(model_kind="regressor", loss_bias=0.0, threshold_percentile=threshold_percentile)
-    X = pipeline.X(unbiased.history_depth)
+    X = pipeline.inputs(unbiased)
     fit_pred = pipeline.model(unbiased).scores(X[fit])
     test_pred = pipeline.model(unbiased).scores(X[test])
     chosen = threshold_equation(fit_pred, fit_latency, failover_cost_us, replicas)
@@ -86,23 +90,13 @@ def baselines(pipeline: Pipeline, replicas: int, failover_cost_us: float, thresh
     for strategy in STRATEGIES:
         c = choose(strategy, candidates, lambda c: on_fit(c.train_busy), lambda c: on_test(c.test_busy)["mean_latency_us"])
         out[strategy] = {**on_test(c.test_busy), "loss_bias": c.value}
+    for name, cfg in (tuned or {}).items():
+        out[name] = {**on_test(pipeline.decide(cfg, "test")), "config": asdict(cfg)}
     none, best = out["no_admission"]["mean_latency_us"], out["perfect"]["mean_latency_us"]
     for values in out.values():
         values["threshold_us"] = values.get("threshold_us", threshold)
         values["perfect_gain_share"] = gain_share(none, best, values["mean_latency_us"])
     return out
-
-
-PERFECT_PERCENTILES = np.arange(50.0, 100.0, 0.5)
-
-
-def perfect(latency: np.ndarray, on_test: Any) -> dict[str, float]:
-    """The perfect predictor: it fails over exactly the reads slower than a threshold, at the
-    threshold that serves the test part best (a percentile of its own latencies, 50 to 99.5). What
-    failover could buy with any predictor of slow reads: the ceiling the others are judged against."""
-    results = [{**on_test(latency > t), "threshold_us": float(t)}
-               for t in np.unique(np.percentile(latency, PERFECT_PERCENTILES))]
-    return min(results, key=lambda r: r["mean_latency_us"])
 
 
 def gain_share(none: float, perfect_mean: float, mean: float) -> float:

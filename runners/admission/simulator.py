@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 
 
@@ -84,6 +86,18 @@ def time_windows(latency: np.ndarray, busy: np.ndarray, replicas: int, failover_
     flagged = np.flatnonzero(busy)
     served[flagged] = failover_cost_us + latency[free[rng.integers(0, len(free), len(flagged))]]
     return Outcome(served, busy.astype(np.int64))
+
+
+PERFECT_PERCENTILES = np.arange(1.0, 100.0, 0.5)
+
+
+def perfect(latency: np.ndarray, on_test: Any) -> dict[str, float]:
+    """The perfect predictor: it fails over exactly the reads slower than a threshold, at the
+    threshold that serves the test part best (a percentile of its own latencies, 1 to 99.5). What
+    failover could buy with any predictor of slow reads: the ceiling the others are judged against."""
+    results = [{**on_test(latency > t), "threshold_us": float(t)}
+               for t in np.unique(np.percentile(latency, PERFECT_PERCENTILES))]
+    return min(results, key=lambda r: r["mean_latency_us"])
 
 
 def reference_simulate(latency: np.ndarray, busy: np.ndarray, replicas: int, failover_cost_us: float,
