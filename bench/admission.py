@@ -9,14 +9,15 @@ Per trace, on the untouched test part (the last 20%):
 2. speedups of the mean latency at r = 3 replicas and f = 30 us, over the peer "hand-chosen p90 threshold"
    (the unbiased regressor failing over above the 90th percentile) and over no admission, for the
    threshold equation, global, bias_hindsight (ML-MittOS's "oracle"), greedy-skip, and our tuned configuration (BO, --budget
-   evaluations on the admission space with replicas and f pinned, chosen on the validation part).
+   evaluations on the admission space with replicas and f pinned, chosen on the validation part; with --seeds N,
+   N campaigns of different seeds, each one's share printed, and the median one judged).
    All are simulated with the same failover draws. Target: tuned >= 97% of global's speedup; and the
    tuned configuration's share of the perfect predictor's gain over no admission >= 40% on every trace
    (the perfect predictor fails over exactly the reads above the threshold that serves the test best).
 3. the simulator's throughput in I/Os per second on one core, against the plain reference loop.
    Target: >= 5 million I/Os per second.
-4. inference cost per I/O: single, batched (1,024), and joint (4 I/Os per decision). Target: batched
-   <= 1 us per I/O.
+4. inference cost per I/O of the network classifier and of the boosted trees: single, batched (1,024),
+   and joint (4 I/Os per decision). Target: batched <= 1 us per I/O.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ R, F, SEED = 3, 30.0, 0
 
 
 def accuracy_table(pipeline: Pipeline) -> None:
+    print("  HEIMDALL's features, its network, each labelling:")
     print(f"  {'labels':<22}{'ROC-AUC':>9}{'PR-AUC':>9}{'F1':>7}{'FNR':>7}{'FPR':>7}")
     results = {}
     for labeling in ("cutoff", "period"):
         for filtered in (False, True):
-            cfg = AdmissionConfig(model_kind="classifier", labeling=labeling, noise_filter=filtered)
-            X = pipeline.X(cfg.history_depth)[pipeline.reads("test")]
+            cfg = AdmissionConfig(model_kind="classifier", labeling=labeling, noise_filter=filtered, features="heimdall")
+            X = pipeline.inputs(cfg, "test")
             model = pipeline.model(cfg)
             a = accuracy(pipeline.labels(cfg, "test"), model.scores(X), pipeline.decide(cfg, "test"))
             results[(labeling, filtered)] = a
@@ -65,15 +67,15 @@ def accuracy_table(pipeline: Pipeline) -> None:
     print("  (each labelling is judged against its own labels of the test part, unfiltered)")
 
 
-def tuned(trace: Path, budget: int) -> dict:
+def tuned(trace: Path, budget: int, seed: int = SEED) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         history = History(f"sqlite:///{tmp}/h.sqlite")
         spec = CampaignSpec(runner="admission", runner_settings={"trace": str(trace)}, algorithm="bo", budget=budget,
-                            seed=SEED, metric="mean_latency_us", fixed={"replicas": R, "failover_cost_us": int(F)})
+                            seed=seed, metric="mean_latency_us", fixed={"replicas": R, "failover_cost_us": int(F)})
         return Campaign.create(history, spec).run().best_config
 
 
-def speedups(pipeline: Pipeline, trace: Path, budget: int) -> tuple[float, float]:
+def speedups(pipeline: Pipeline, trace: Path, budget: int, seeds: int = 1) -> tuple[float, float]:
     base = baselines(pipeline, R, F, 90.0, SEED)
     latency = pipeline.ios.latency_us[pipeline.reads("test")]
     jump = jumps(len(latency), R, np.random.default_rng(SEED))  # the baselines' first draw: the same jumps
@@ -83,8 +85,15 @@ def speedups(pipeline: Pipeline, trace: Path, budget: int) -> tuple[float, float
 
     p90 = mean(pipeline.decide(AdmissionConfig(model_kind="regressor", threshold_percentile=90.0), "test"))
     none = base["no_admission"]["mean_latency_us"]
-    best = tuned(trace, budget)
-    ours = mean(pipeline.decide(AdmissionConfig.of(best), "test"))
+    found = [tuned(trace, budget, SEED + k) for k in range(seeds)]  # campaign seeds: what BO samples
+    results = sorted((mean(pipeline.decide(AdmissionConfig.of(cfg), "test")), k) for k, cfg in enumerate(found))
+    ours, median_seed = results[(len(results) - 1) // 2]  # the median campaign (the lower one of an even count)
+    best = found[median_seed]
+    if seeds > 1:
+        print(f"  tuned over {seeds} campaign seeds, share of the perfect gain: "
+              + ", ".join(f"seed {k}: {gain_share(none, base['perfect']['mean_latency_us'], v):.1%}"
+                          for v, k in sorted(results, key=lambda r: r[1]))
+              + f"; the median seed ({median_seed}) is judged below")
     rows = {name: base[name]["mean_latency_us"] for name in ("threshold_equation", "global", "bias_hindsight", "greedy_skip")}
     rows["tuned (bo)"] = ours
     perfect = base["perfect"]["mean_latency_us"]
@@ -125,6 +134,7 @@ def simulator_speed() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=40)
+    parser.add_argument("--seeds", type=int, default=1, help="tuning campaigns per trace; the median one is judged")
     args = parser.parse_args()
     import torch
 
@@ -134,13 +144,15 @@ def main() -> None:
         print(f"\n== {trace.name}")
         pipeline = Pipeline(trace, seed=SEED)
         accuracy_table(pipeline)
-        share, gained = speedups(pipeline, trace, args.budget)
+        share, gained = speedups(pipeline, trace, args.budget, args.seeds)
         shares.append(share)
         gains.append(gained)
-        cfg = AdmissionConfig(model_kind="classifier")
-        costs = inference_cost(pipeline.model(cfg), pipeline.X(3)[pipeline.reads("test")], joint=4)
-        print("  inference per I/O: " + ", ".join(f"{k.replace('_us_per_io', '')} {v:.2f} us" for k, v in costs.items())
-              + " (target: batched <= 1 us)")
+        for kind in ("classifier", "boosted_trees"):
+            cfg = AdmissionConfig(model_kind=kind)
+            costs = inference_cost(pipeline.model(cfg), pipeline.inputs(cfg, "test"), joint=4)
+            print(f"  inference per I/O, {kind} ({cfg.features} features): "
+                  + ", ".join(f"{k.replace('_us_per_io', '')} {v:.2f} us" for k, v in costs.items())
+                  + " (target: batched <= 1 us)")
     simulator_speed()
     print(f"\ntuned/global speedup on every trace >= 0.97: {'yes' if min(shares) >= 0.97 else 'no'} "
           f"(lowest {min(shares):.3f})")
