@@ -46,29 +46,32 @@ def _config(model: str, labeling: str, network: str, history_depth: int, thresho
 
 
 def _failover_pipeline(trace: Path, split: float, seed: int, replicas: int, failover_cost_us: float,
-                       epochs: int = 10) -> Any:
+                       epochs: int = 10, validation: float = 0.2, fmt: str | None = None) -> Any:
     from runners.admission.pipeline import Pipeline
 
     if replicas < 1:
         raise UserError(f"--replicas must be at least 1, not {replicas}")
     if not (np.isfinite(failover_cost_us) and failover_cost_us >= 0):
         raise UserError(f"--failover-cost-us must be a finite number of microseconds, at least 0, not {failover_cost_us}")
-    return Pipeline(trace, train=split, seed=seed, epochs=epochs)
+    return Pipeline(trace, train=split, validation=validation, seed=seed, epochs=epochs, fmt=fmt)
 
 
-def _campaign_best(campaign: int, db: str | None, pipeline: Any, replicas: int, failover_cost_us: float) -> Any:
-    """The best configuration of an admission campaign on this very trace and split, at these r and f."""
+def _campaign_best(campaign: int, db: str | None, trace: Path, split: float, seed: int, replicas: int,
+                   failover_cost_us: float) -> tuple[Any, Any]:
+    """The pipeline an admission campaign judged its trials on (its trace, split, seed, epochs), and its best
+    configuration; refused unless the trace, --split, --seed, r and f are the campaign's own."""
     from runners.admission.pipeline import AdmissionConfig
+    from runners.settings import AdmissionSettings
     from tuner import best_trial
 
     history = open_history(db, migrate=False)
     record = history.campaign(campaign)
     if record.runner != "admission":
         raise UserError(f"campaign {campaign} tuned the {record.runner} runner, not admission")
-    tuned_on = record.workload.get("params", record.workload)
-    if tuned_on.get("sha256") != pipeline.sha256 or tuned_on.get("train") != pipeline.split_share:
-        raise UserError(f"campaign {campaign} was tuned on {record.workload_name} (train share {tuned_on.get('train')}), "
-                        f"not on {pipeline.path.name} with --split {pipeline.split_share}: its test part would differ")
+    settings = AdmissionSettings(**record.runner_settings)
+    if (settings.train, settings.seed) != (split, seed):
+        raise UserError(f"campaign {campaign} was tuned with --split {settings.train} --seed {settings.seed}; pass "
+                        "them, or its test part and models would differ")
     top = best_trial(history.trials(campaign), record.objective_direction)
     if top is None:
         raise UserError(f"campaign {campaign} has no succeeded trial yet")
@@ -76,7 +79,12 @@ def _campaign_best(campaign: int, db: str | None, pipeline: Any, replicas: int, 
     if (cfg.replicas, cfg.failover_cost_us) != (replicas, failover_cost_us):
         raise UserError(f"campaign {campaign}'s best runs r={cfg.replicas}, f={cfg.failover_cost_us:g} us; "
                         f"pass --replicas {cfg.replicas} --failover-cost-us {cfg.failover_cost_us:g}")
-    return cfg
+    pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us, settings.epochs,
+                                  settings.validation, settings.format)
+    if pipeline.sha256 != record.workload.get("params", {}).get("sha256"):
+        raise UserError(f"campaign {campaign} was tuned on {record.workload_name}, not on {trace.name}: its test "
+                        "part would differ")
+    return pipeline, cfg
 
 
 def _emit(result: dict[str, Any], as_json: bool, title: str) -> None:
@@ -128,7 +136,8 @@ def train(
     X = pipeline.inputs(cfg, "test")
     result: dict[str, Any] = {"trace": trace.name, "model": model, "labeling": labeling if cfg.is_classifier else
                               "cutoff", "network": network if model != "boosted_trees" else None,
-                              "history_depth": history_depth, "features": features, "joint": joint, "test_reads": int(len(labels)),
+                              "history_depth": history_depth, "features": features, "joint": joint,
+                              "test_reads": int(len(labels)),
                               **({"decision_threshold": decision_threshold} if cfg.is_classifier else {})}
     result.update(accuracy(labels, trained.scores(X), pipeline.decide(cfg, "test", joint)))
     result.update(inference_cost(trained, X, joint=max(joint, 4)))
@@ -183,8 +192,12 @@ def baselines(
     """Every baseline's mean and p99 latency and failover rate on the test part."""
     from runners.admission.baselines import baselines as run_baselines
 
-    pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
-    tuned = {"tuned": _campaign_best(campaign, db, pipeline, replicas, failover_cost_us)} if campaign is not None else None
+    tuned = None
+    if campaign is None:
+        pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
+    else:  # the campaign's own pipeline (validation share, epochs): its best model, not a look-alike
+        pipeline, best = _campaign_best(campaign, db, trace, split, seed, replicas, failover_cost_us)
+        tuned = {"tuned": best}
     results = run_baselines(pipeline, replicas, failover_cost_us, threshold_percentile, seed, tuned)
     if as_json:
         print(json.dumps({"baselines": results}, default=float))
@@ -209,12 +222,14 @@ def explain(
     model: Annotated[Optional[list[str]], typer.Option(help="Model kinds to compare (repeat); default: all three.")]
     = None,
     epochs: Annotated[int, typer.Option(help="Training epochs of the networks.")] = 10,
+    part: Annotated[str, typer.Option(help="The part that judges: test, or validation (to choose without looking "
+                                           "at the test part).")] = "test",
     split: SplitOption = 0.8,
     seed: SeedOption = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Where the signal is: a feature ablation, ROC-AUC and PR-AUC per model kind and feature set, calibration,
-    history depth and joint inference, for cutoff and period labels of the test part."""
+    history depth and joint inference, for pays, cutoff and period labels of the test (or validation) part."""
     from runners.admission.explain import explain as run_explain
     from runners.admission.model import KINDS
 
@@ -224,8 +239,10 @@ def explain(
             raise UserError(f"--model {kind!r}: choose {', '.join(KINDS)}")
     if epochs < 1:
         raise UserError(f"--epochs must be at least 1, not {epochs}")
+    if part not in ("test", "validation"):
+        raise UserError(f"--part {part!r}: choose test or validation")
     pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us, epochs)
-    result = run_explain(pipeline, replicas, failover_cost_us, kinds)
+    result = run_explain(pipeline, replicas, failover_cost_us, kinds, part=part)
     if as_json:
         print(json.dumps(result, default=float))
         return
@@ -235,13 +252,13 @@ def explain(
 def show_explanation(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]where the signal is: {result['trace']}, test part ({result['test_reads']} reads)[/]")
+    console.print(f"[bold]where the signal is: {result['trace']}, {result['part']} part ({result['reads']} reads)[/]")
     console.print(f"  pays: slow above {result['pays_us']:.0f} us (p{result['pays_percentile']:.1f} of the training "
                   f"reads), where a perfect predictor's failover pays most at r={result['replicas']}, "
                   f"f={result['failover_cost_us']:g} us; cutoff: slow above {result['cutoff_us']:.0f} us "
                   f"(p{result['cutoff_percentile']:g}); period: HEIMDALL's busy periods", markup=False, highlight=False)
     for labeling, r in result["labelings"].items():
-        table = Table(title=f"{labeling} labels: {r['slow_share']:.1%} of test reads slow (PR-AUC of a coin: "
+        table = Table(title=f"{labeling} labels: {r['slow_share']:.1%} of the reads slow (PR-AUC of a coin: "
                             f"{r['slow_share']:.3f})", title_justify="left")
         for column in ("features / model", "ROC-AUC", "PR-AUC", "Brier"):
             table.add_column(column, justify="left" if column.startswith("features") else "right")
@@ -261,7 +278,8 @@ def show_explanation(result: dict[str, Any]) -> None:
         calibrated = {k: v for k, v in r["models"].items() if "calibration" in v}
         if calibrated:
             name = max(calibrated, key=lambda k: calibrated[k]["roc_auc"])
-            points = ", ".join(f"{p['predicted']:.2f}->{p['observed']:.2f}" for p in calibrated[name]["calibration"]["curve"])
+            curve = calibrated[name]["calibration"]["curve"]
+            points = ", ".join(f"{p['predicted']:.2f}->{p['observed']:.2f}" for p in curve)
             console.print(f"  calibration of {name} (predicted -> observed share slow, deciles): {points}",
                           markup=False, highlight=False)
     console.print("  groups: " + "; ".join(f"{k}: {v}" for k, v in result["groups"].items()), markup=False,

@@ -50,8 +50,8 @@ class SearchSpace:
     ):
         self.name = name
         self.description = description
-        # "default": the defaults are a known-good configuration, and a campaign measures them first (SMAC's
-        # initial design does the same), so no search ends worse than the configuration it started from
+        # "default": the defaults are a known-good configuration, and a search asks for them first unless it
+        # knows them already (SMAC's initial design does the same), so they are always among what it knows
         self.start = start
         self.parameters: tuple[Parameter, ...] = tuple(parameters)
         self.forbidden: tuple[Forbidden, ...] = tuple(forbidden)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli
-from runners.admission.features import NEVER_US, digits, features, prepare
+from runners.admission.features import NEVER_US, AdmissionDataError, digits, features, prepare
 from runners.traces import Trace
 
 
@@ -66,24 +66,27 @@ def test_linnos_digits():
     assert X[2, 3:7].tolist() == [1, 2, 3, 4]  # the last completed latency, 1234 us, most significant digit first
 
 
-def test_explain_finds_the_signal_the_trace_was_built_with(tmp_path):
+def test_explain_finds_the_signal_the_trace_was_built_with(tmp_path, capsys):
+    from api.admission import show_explanation
+
     trace = locality_trace(tmp_path / "locality.trace.csv")
     proc = run_cli("admission", "explain", "--trace", str(trace), "--model", "boosted_trees", "--json", check=True)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    cutoff = result["labelings"]["pays"]
+    pays = result["labelings"]["pays"]
     assert 1500 > result["pays_us"] > 140  # the perfect predictor fails over the slow half (fast: 80-150 us)
     assert 45 < result["pays_percentile"] < 55
-    assert cutoff["most_signal"] == "locality"
-    assert cutoff["ablation"]["only locality"]["roc_auc"] > 0.95
-    assert cutoff["ablation"]["only heimdall"]["roc_auc"] < 0.7  # past latencies say nothing of the next offset
-    assert cutoff["ablation"]["without locality"]["roc_auc"] < 0.7
-    trees = cutoff["models"]["boosted_trees / extended"]
+    assert pays["most_signal"] == "locality"
+    assert pays["ablation"]["only locality"]["roc_auc"] > 0.95
+    assert pays["ablation"]["only heimdall"]["roc_auc"] < 0.7  # past latencies say nothing of the next offset
+    assert pays["ablation"]["without locality"]["roc_auc"] < 0.7
+    trees = pays["models"]["boosted_trees / extended"]
     assert trees["roc_auc"] > 0.95 and trees["calibration"]["brier"] < 0.05
     curve = trees["calibration"]["curve"]
     assert curve[0]["observed"] < 0.1 and curve[-1]["observed"] > 0.9
     assert set(result["labelings"]) == {"pays", "cutoff", "period"}
-    assert set(cutoff["history_depth"]) == {"1", "3", "8"} and "joint4_extended_trees" in cutoff
-    human = run_cli("admission", "explain", "--trace", str(trace), "--model", "boosted_trees", check=True).stdout
+    assert set(pays["history_depth"]) == {"1", "3", "8"} and "joint4_extended_trees" in pays
+    show_explanation(result)  # what the command prints without --json
+    human = capsys.readouterr().out
     assert "most signal (pays): locality" in human and "calibration of boosted_trees / extended" in human
 
 
@@ -172,16 +175,57 @@ def test_a_campaign_measures_the_admission_defaults_first_and_baselines_judge_it
 
 def test_pays_labels_follow_the_deployment_and_never_look_at_the_test_part(tmp_path):
     from runners.admission.pipeline import AdmissionConfig, Pipeline
-    from runners.admission.simulator import jumps, perfect, simulate
 
-    pipeline = Pipeline(locality_trace(tmp_path / "locality.trace.csv"), seed=0)
-    fit = pipeline.ios.latency_us[pipeline.reads("fit")]
-    jump = jumps(len(fit), 3, np.random.default_rng(0))
-    ideal = perfect(fit, lambda busy: simulate(fit, busy, 3, 30.0, jump=jump).summary())
-    assert pipeline.pays_threshold_us(3, 30.0) == ideal["threshold_us"]
+    trace = locality_trace(tmp_path / "locality.trace.csv")
+    pipeline = Pipeline(trace, seed=0)
     cfg = AdmissionConfig(model_kind="boosted_trees", labeling="pays")
+    threshold = pipeline.pays_threshold_us(3, 30.0)
     test = pipeline.ios.latency_us[pipeline.reads("test")]
-    assert (pipeline.labels(cfg, "test") == (test > ideal["threshold_us"])).all()
-    # a failover dearer than any read never pays: only the slowest reads stay labelled slow
+    assert (pipeline.labels(cfg, "test") == (test > threshold)).all()
+    # the test part's latencies, made ten times slower, move neither the threshold nor the training labels
+    lines = trace.read_text().splitlines(keepends=True)
+    cut = int(len(lines) * 0.8)
+    slower = [",".join([f[0], str(int(f[1]) * 10), *f[2:]]) for f in (line.split(",") for line in lines[cut:])]
+    changed = Pipeline(write_trace_lines(tmp_path / "slower-test.trace.csv", lines[:cut] + slower), seed=0)
+    assert changed.pays_threshold_us(3, 30.0) == threshold
+    assert (changed.labels(cfg, "fit") == pipeline.labels(cfg, "fit")).all()
+    assert (changed.model(cfg).scores(changed.inputs(cfg, "fit")) == pipeline.model(cfg).scores(
+        pipeline.inputs(cfg, "fit"))).all()
+    # a failover dearer than any read never pays: nothing is slow, and judging a model is refused in one line
     dear = AdmissionConfig(model_kind="boosted_trees", labeling="pays", failover_cost_us=100_000.0)
-    assert pipeline.labels(dear, "fit").mean() <= 0.01 < pipeline.labels(cfg, "fit").mean()
+    assert pipeline.pays_threshold_us(3, 100_000.0) == float("inf") and not pipeline.labels(dear, "fit").any()
+    with pytest.raises(AdmissionDataError, match="no failover pays at r=3, f=100000 us"):
+        pipeline.slow_labels(dear, "test")
+    single = AdmissionConfig(model_kind="boosted_trees", labeling="pays", replicas=1)
+    assert not pipeline.labels(single, "fit").any()  # one replica: nowhere to fail over to
+
+
+def write_trace_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("group", ["heimdall", "pending", "locality", "recent", "linnos"])
+def test_no_feature_sees_an_io_submitted_later(group):
+    """Rewrite everything about the I/Os after row 300 (latency, size, kind, offset): no row before it moves."""
+    rng = np.random.default_rng(3)
+    n, cut = 600, 300
+
+    def trace(seed: int) -> Trace:
+        r = np.random.default_rng(seed)
+        later = np.arange(n) >= cut
+        latency = np.where(later, r.uniform(50, 9000, n), rng_base[0])
+        size = np.where(later, r.choice([4096, 65536], n), 4096)
+        reads = np.where(later, r.random(n) < 0.3, rng_base[1])
+        offset = np.where(later, r.integers(0, 50, n) * 4096, rng_base[2])
+        submit = np.sort(rng_base[3])
+        return Trace(ts_ms=submit, is_read=reads.astype(bool), size=size, offset=offset.astype(int),
+                     latency_us=latency.astype(float), submit_ms=submit, returned=size)
+
+    rng_base = (rng.uniform(50, 3000, n), rng.random(n) < 0.7, rng.integers(0, 50, n) * 4096,
+                rng.uniform(0, 300, n))
+    first, second = (features(prepare(trace(seed)), 3, (group,)) for seed in (1, 2))
+    # an I/O submitted before row 300 may not have completed by then: compare the rows whose whole
+    # history (every I/O submitted earlier) is unchanged, i.e. those before the cut in submission order
+    assert np.array_equal(first[:cut], second[:cut])
+    assert not np.array_equal(first[cut:], second[cut:])

@@ -134,3 +134,13 @@ def test_unknown_algorithms_and_hyperparameters_are_refused():
         make_tuner("annealing", space, seed=0, direction="min")
     with pytest.raises(ValueError, match="unknown hyperparameter 'rate' for random"):
         make_tuner("random", space, seed=0, direction="min", params={"rate": "1"})
+
+
+def test_a_space_that_starts_at_its_defaults_is_asked_them_first_and_once(algorithm):
+    space = load_space("admission").fix({"replicas": 2})
+    asked = drive(make_tuner(algorithm, space, seed=0, direction="min"), 12, batch=3)
+    assert asked[0] == space.default() and asked.count(space.default()) == 1
+    resumed = make_tuner(algorithm, space, seed=0, direction="min")
+    resumed.tell(space.default(), 1.0)  # measured before a resume, or warm-started
+    assert space.default() not in drive(resumed, 6)
+    assert load_space("storage_v1").start is None  # a space that does not say so starts where it always did

@@ -75,15 +75,30 @@ class Tuner(ABC):
         self._told: dict[Config, Status] = {}
         self._losses: dict[Config, float | None] = {}
         self._asked: set[Config] = set()
+        self._started = False  # whether ask() has considered the space's defaults (start: default)
 
     # --- the public interface --------------------------------------------------------------------
     def ask(self, n: int = 1) -> list[Config]:
         """Up to ``n`` configurations to measure next; fewer when the space is exhausted."""
         if n < 1:
             raise ValueError(f"ask(n) needs n >= 1, got {n}")
-        configs = [self.space.validate(c) for c in self._ask(n)]
+        configs = self._defaults_first()
+        if len(configs) < n:
+            configs += [self.space.validate(c) for c in self._ask(n - len(configs))]
         self._asked.update(configs)
         return configs
+
+    def _defaults_first(self) -> list[Config]:
+        """A space that says ``start: default`` has its defaults measured first (SMAC's initial design),
+        unless they are already known (measured by this campaign before a resume, or warm-started)."""
+        if self.space.start != "default" or self._started:
+            return []
+        self._started = True
+        default = self.space.default()
+        if self.known(default):
+            return []
+        self._asked.add(default)  # before the algorithm's own asks: it must not propose it again
+        return [default]
 
     def reserve(self, configs: Sequence[Config]) -> None:
         """Configurations queued for measurement without being asked (a resumed campaign's re-runs and

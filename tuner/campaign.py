@@ -189,9 +189,6 @@ class Campaign:
         retried = {t.retry_of for t in trials if t.retry_of is not None}
         stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
         queue: list[TrialView] = [t for t in trials if t.status == Status.PENDING.value]
-        default = self.runner.space.default() if self.runner.space.start == "default" else None
-        if not trials and default is not None and not self.tuner.known(default):  # the space's defaults first
-            queue += history.add_trials(rec.id, [default], [trial_seed(rec.seed, default)])
         if stale:
             configs = [Config(t.config) for t in stale]
             queue += history.add_trials(rec.id, configs, [trial_seed(rec.seed, c) for c in configs], [t.id for t in stale])

@@ -2,8 +2,9 @@
 how well each model kind ranks them (ROC-AUC, and PR-AUC, which says more when slow reads are rare),
 how well its probabilities are calibrated, and what history depth and joint inference change.
 
-Every model learns on the training part and is judged on the untouched test part, against the
-labels of the test part as they are (never noise-filtered). "Slow" is judged three ways:
+Every model learns on the fitting part of the training split and is judged on the untouched test part
+(or, to make design choices without looking at the test part, on the validation part), against that
+part's labels as they are (never noise-filtered). "Slow" is judged three ways:
 - pays: slower than the threshold at which a perfect predictor gains most on the training part,
   i.e. the reads whose failover pays;
 - cutoff: slower than the training reads' hand-chosen percentile (90: LinnOS, ML-MittOS);
@@ -42,24 +43,28 @@ def calibration(labels: np.ndarray, probability: np.ndarray) -> dict[str, Any]:
 
 def explain(pipeline: Pipeline, replicas: int = 3, failover_cost_us: float = 30.0,
             kinds: tuple[str, ...] = ("boosted_trees", "classifier", "regressor"),
-            cutoff_percentile: float = 90.0) -> dict[str, Any]:
+            cutoff_percentile: float = 90.0, part: str = "test") -> dict[str, Any]:
+    if part not in ("test", "validation"):
+        raise AdmissionDataError(f"explain judges the test or the validation part, not {part!r}")
     pays = pipeline.pays_threshold_us(replicas, failover_cost_us)
     fit = pipeline.ios.latency_us[pipeline.reads("fit")]
-    out: dict[str, Any] = {"trace": pipeline.path.name, "test_reads": int(len(pipeline.reads("test"))),
+    out: dict[str, Any] = {"trace": pipeline.path.name, "part": part, "reads": int(len(pipeline.reads(part))),
                            "replicas": replicas, "failover_cost_us": failover_cost_us,
                            "pays_us": pays, "pays_percentile": float(np.mean(fit <= pays) * 100),
-                           "cutoff_percentile": cutoff_percentile, "cutoff_us": pipeline.threshold_us(cutoff_percentile),
+                           "cutoff_percentile": cutoff_percentile,
+                           "cutoff_us": pipeline.threshold_us(cutoff_percentile),
                            "groups": GROUPS, "labelings": {}}
     for labeling in ("pays", "cutoff", "period"):
         base = AdmissionConfig(labeling=labeling, threshold_percentile=cutoff_percentile, noise_filter=False,
                                replicas=replicas, failover_cost_us=failover_cost_us)
-        labels = pipeline.labels(base, "test")
+        labels = pipeline.labels(base, part)
         if labels.all() or not labels.any():
-            raise AdmissionDataError(f"{pipeline.path.name}: the test part's reads are all {'slow' if labels.any() else 'fast'}"
+            kind = "slow" if labels.any() else "fast"
+            raise AdmissionDataError(f"{pipeline.path.name}: the {part} part's reads are all {kind}"
                                      f" by {labeling} labelling; nothing to tell apart")
 
         def judged(cfg: AdmissionConfig) -> tuple[dict[str, float], np.ndarray]:
-            scores = pipeline.model(cfg).scores(pipeline.inputs(cfg, "test"))
+            scores = pipeline.model(cfg).scores(pipeline.inputs(cfg, part))
             return ranking(labels, scores), scores
 
         trees = _with(base, model_kind="boosted_trees")
@@ -78,7 +83,7 @@ def explain(pipeline: Pipeline, replicas: int = 3, failover_cost_us: float = 30.
                 models[f"{kind} / {feature_set}"] = ranked
         depth = {str(d): judged(_with(trees, features="heimdall", history_depth=d))[0] for d in DEPTHS}
         cfg = _with(trees, features="extended")
-        scores = pipeline.model(cfg).scores(pipeline.inputs(cfg, "test")[::JOINT])
+        scores = pipeline.model(cfg).scores(pipeline.inputs(cfg, part)[::JOINT])
         joint = ranking(labels, np.repeat(scores, JOINT)[: len(labels)])
         loss = {group: ablation["all"]["roc_auc"] - ablation[f"without {group}"]["roc_auc"] for group in ABLATED}
         out["labelings"][labeling] = {

@@ -48,7 +48,8 @@ def prepare(trace: Trace) -> IOs:
                                  "I/Os lack one; admission learns from every I/O's latency")
     submit = np.where(np.isfinite(trace.submit_ms), trace.submit_ms, trace.ts_ms) * 1000.0
     order = np.argsort(submit, kind="stable")
-    submit, latency = submit[order], np.maximum(trace.latency_us[order], 1.0)
+    # from the first submission: cumulative sums of epoch microseconds (1.7e15) would lose milliseconds
+    submit, latency = submit[order] - submit[order][0], np.maximum(trace.latency_us[order], 1.0)
     done = np.sort(submit + latency)
     queue = np.maximum(np.arange(len(submit)) - np.searchsorted(done, submit, side="right"), 0)
     size = trace.size[order].astype(float)
@@ -161,7 +162,8 @@ def features(ios: IOs, depth: int, groups: tuple[str, ...] = ("heimdall",)) -> n
         raise AdmissionDataError("the history depth must be at least 1")
     unknown = [g for g in groups if g not in GROUPS]
     if unknown or not groups:
-        raise AdmissionDataError(f"unknown feature group {unknown[0] if unknown else '(none)'}; known: {', '.join(GROUPS)}")
+        named = unknown[0] if unknown else "(none)"
+        raise AdmissionDataError(f"unknown feature group {named}; known: {', '.join(GROUPS)}")
     clock = _Clock(ios)
     build = {"heimdall": lambda: _heimdall(ios, clock, depth), "pending": lambda: _pending(ios, clock),
              "locality": lambda: _locality(ios), "recent": lambda: _recent(ios, clock),

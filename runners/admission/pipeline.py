@@ -1,9 +1,10 @@
 """One trace's admission pipeline: features, labels, cached models and their decisions, and the
 simulated latency of a configuration on the validation or the test part of the trace.
 
-Models are cached by everything that changes their training (labelling, kind, network, depth, bias,
-noise filter, seed, and the threshold only for cutoff-labelled classifiers), so a threshold change
-never retrains a regressor, as the ML-MittOS thesis notes.
+Models are cached by everything that changes their training (kind, network, features, depth, bias,
+labelling, class weight, noise filter, seed, the percentile only for cutoff-labelled classifiers, and
+r and f only for pays-labelled ones), so a threshold change never retrains a regressor, as the
+ML-MittOS thesis notes, and a decision threshold never retrains a classifier.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ class Pipeline:
         self.trace = read_trace(trace, fmt)
         self.ios = prepare(self.trace)
         self.split = Split.chronological(self.ios, train, validation)
-        self.split_share = train  # the share that trains: the rest is the test part
         self.seed, self.epochs = seed, epochs
         self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
         self._features: dict[tuple, np.ndarray] = {}
@@ -110,7 +110,8 @@ class Pipeline:
         if key not in self._thresholds:
             latency = self.ios.latency_us[self.reads("fit")]
             jump = jumps(len(latency), replicas, np.random.default_rng(self.seed))
-            best = perfect(latency, lambda busy: simulate(latency, busy, replicas, failover_cost_us, jump=jump).summary())
+            best = perfect(latency, lambda busy: simulate(latency, busy, replicas, failover_cost_us,
+                                                          jump=jump).summary())
             self._thresholds[key] = best["threshold_us"]
         return self._thresholds[key]
 
@@ -140,8 +141,11 @@ class Pipeline:
                 why = (f"no read slower than {self.threshold_us(cfg.threshold_percentile):.0f} us (the training reads' "
                        f"p{cfg.threshold_percentile:g}); choose a lower percentile or a longer trace")
             elif cfg.labeling == "pays":
-                why = (f"no read slower than {self.pays_threshold_us(cfg.replicas, cfg.failover_cost_us):.0f} us, "
-                       "where failover pays most on the training part; try a longer trace")
+                pays = self.pays_threshold_us(cfg.replicas, cfg.failover_cost_us)
+                why = (f"no read slower than {pays:.0f} us, where failover pays most on the training part; try a "
+                       "longer trace" if np.isfinite(pays) else
+                       f"no read worth failing over: on the training part no failover pays at r={cfg.replicas}, "
+                       f"f={cfg.failover_cost_us:g} us")
             else:
                 why = "no read in a busy period (HEIMDALL's period labelling); try cutoff labelling or a longer trace"
             raise AdmissionDataError(f"{self.path.name}: the {name} part ({len(labels)} reads) holds {why}")
@@ -149,7 +153,7 @@ class Pipeline:
 
     # --- models ----------------------------------------------------------------------------------------
     def model(self, cfg: AdmissionConfig) -> Any:
-        from runners.admission.model import TrainSpec, train  # torch: loaded only when a model is trained
+        from runners.admission.model import TrainSpec, train  # torch: loaded only when a network is trained
 
         key = (cfg.model_kind, cfg.network if cfg.model_kind != "boosted_trees" else None, cfg.history_depth,
                cfg.features, self.seed, self.epochs)
