@@ -87,9 +87,24 @@ def _campaign_best(campaign: int, db: str | None, trace: Path, split: float, see
     return pipeline, cfg
 
 
+def _dumps(result: Any) -> str:
+    """Strict JSON: a value that is not finite (the perfect predictor's threshold when no failover pays, an
+    undefined share) is null, not Python's Infinity or NaN."""
+    def finite(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(v) for v in value]
+        if isinstance(value, (float, np.floating)):
+            return float(value) if np.isfinite(value) else None
+        return value.item() if isinstance(value, np.generic) else value
+
+    return json.dumps(finite(result), allow_nan=False)
+
+
 def _emit(result: dict[str, Any], as_json: bool, title: str) -> None:
     if as_json:
-        print(json.dumps(result, default=float))
+        print(_dumps(result))
         return
     console.print(f"[bold]{title}[/]")
     for key, value in result.items():
@@ -200,7 +215,7 @@ def baselines(
         tuned = {"tuned": best}
     results = run_baselines(pipeline, replicas, failover_cost_us, threshold_percentile, seed, tuned)
     if as_json:
-        print(json.dumps({"baselines": results}, default=float))
+        print(_dumps({"baselines": results}))
         return
     console.print(f"[bold]baselines on {trace.name}, test part, r={replicas}, f={failover_cost_us:g} us[/]")
     for name, r in results.items():
@@ -244,7 +259,7 @@ def explain(
     pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us, epochs)
     result = run_explain(pipeline, replicas, failover_cost_us, kinds, part=part)
     if as_json:
-        print(json.dumps(result, default=float))
+        print(_dumps(result))
         return
     show_explanation(result)
 

@@ -229,3 +229,13 @@ def test_no_feature_sees_an_io_submitted_later(group):
     # history (every I/O submitted earlier) is unchanged, i.e. those before the cut in submission order
     assert np.array_equal(first[:cut], second[:cut])
     assert not np.array_equal(first[cut:], second[cut:])
+
+
+def test_admission_json_is_strict_when_no_failover_pays(tmp_path):
+    trace = locality_trace(tmp_path / "locality.trace.csv", n=3000)
+    proc = run_cli("admission", "baselines", "--trace", str(trace), "--failover-cost-us", "100000", "--json",
+                   check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1], parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    perfect = result["baselines"]["perfect"]
+    assert perfect["threshold_us"] is None and perfect["failover_rate"] == 0  # failing nothing over is best
+    assert result["baselines"]["no_admission"]["perfect_gain_share"] is None  # no gain to share
