@@ -278,17 +278,19 @@ def show_explanation(result: dict[str, Any]) -> None:
         for column in ("features / model", "ROC-AUC", "PR-AUC", "Brier"):
             table.add_column(column, justify="left" if column.startswith("features") else "right")
         for name, a in r["ablation"].items():
-            table.add_row(f"trees, {name}", f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", "")
+            shown = "all four (heimdall, pending, locality, recent)" if name == "all" else name
+            table.add_row(f"boosted_trees, {shown}", f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", "")
         for name, a in r["models"].items():
             brier = f"{a['calibration']['brier']:.3f}" if "calibration" in a else ""
             table.add_row(name, f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", brier)
         for depth, a in r["history_depth"].items():
-            table.add_row(f"trees, heimdall, depth {depth}", f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", "")
+            table.add_row(f"boosted_trees, heimdall, depth {depth}", f"{a['roc_auc']:.3f}", f"{a['pr_auc']:.3f}", "")
         joint = next(v for k, v in r.items() if k.startswith("joint"))
-        table.add_row("trees, extended, joint inference of 4", f"{joint['roc_auc']:.3f}", f"{joint['pr_auc']:.3f}", "")
+        table.add_row("boosted_trees, extended, joint inference of 4", f"{joint['roc_auc']:.3f}",
+                      f"{joint['pr_auc']:.3f}", "")
         console.print(table)
         loss = r["ablation"]["all"]["roc_auc"] - r["ablation"][f"without {r['most_signal']}"]["roc_auc"]
-        console.print(f"  most signal ({labeling}): {r['most_signal']}, ROC-AUC {loss:+.3f} with it than without",
+        console.print(f"  most signal ({labeling}): {r['most_signal']}, whose removal costs {loss:.3f} ROC-AUC",
                       markup=False, highlight=False)
         calibrated = {k: v for k, v in r["models"].items() if "calibration" in v}
         if calibrated:

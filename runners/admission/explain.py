@@ -57,8 +57,8 @@ def explain(pipeline: Pipeline, replicas: int = 3, failover_cost_us: float = 30.
     for labeling in ("pays", "cutoff", "period"):
         base = AdmissionConfig(labeling=labeling, threshold_percentile=cutoff_percentile, noise_filter=False,
                                replicas=replicas, failover_cost_us=failover_cost_us)
-        labels = pipeline.labels(base, part)
-        if labels.all() or not labels.any():
+        labels = pipeline.slow_labels(base, part)  # none slow: refused, saying why (no failover pays, ...)
+        if labels.all():
             kind = "slow" if labels.any() else "fast"
             raise AdmissionDataError(f"{pipeline.path.name}: the {part} part's reads are all {kind}"
                                      f" by {labeling} labelling; nothing to tell apart")
