@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +124,21 @@ def queue_settings(device: str) -> dict[str, str]:
     return {name: (queue / name).read_text().strip() for name in ("scheduler", "read_ahead_kb", "nr_requests")}
 
 
+@contextmanager
+def queue_set_off_default(device: str) -> Iterator[Path]:
+    """The device at mq-deadline with nr_requests 128 (mq-deadline's default is 256), as a user may
+    have set it; whatever the test does, the device's queue is put back as it was before."""
+    queue = Path(f"/sys/block/{Path(device).name}/queue")
+    before = queue_settings(device)
+    (queue / "scheduler").write_text("mq-deadline")
+    (queue / "nr_requests").write_text("128")
+    try:
+        yield queue
+    finally:
+        (queue / "scheduler").write_text(re.search(r"\[(.+)\]", before["scheduler"]).group(1))
+        (queue / "nr_requests").write_text(before["nr_requests"])
+
+
 @pytest.fixture
 def loop_dir(tmp_path_factory, monkeypatch) -> Path:
     monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
@@ -166,6 +183,20 @@ def test_the_scheduler_is_switched_then_restored(loop_dir, caplog):
     [log] = state_files()  # nothing recorded but the loop device, its file and the work folder
     assert [e["kind"] for e in json.loads(log.read_text())["entries"]] == ["file", "loop", "tree"]
     r.close()
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_a_queue_set_off_its_scheduler_default_is_restored_as_it_was(loop_dir):
+    """Writing a scheduler resets nr_requests to that scheduler's default, so the scheduler is
+    restored first: a device at mq-deadline with nr_requests 128 (its default is 256) comes back so."""
+    r = runner(loop_dir)
+    with queue_set_off_default(r.target().device):
+        original = queue_settings(r.target().device)
+        config = r.space.validate({"fs": "ext4", "io_scheduler": "bfq", "nr_requests": 64}, fill_defaults=True)
+        m = r.run(config, r.workload, seed=2)
+        assert m.status is Status.SUCCEEDED, m.reason
+        assert queue_settings(r.target().device) == original
+        r.close()
     assert leftovers(loop_dir) == NOTHING
 
 

@@ -129,3 +129,26 @@ def test_a_loop_device_that_stays_attached_stays_recorded(loop_dir):
         if _read(Path("/sys/block") / Path(device).name / "loop" / "backing_file").startswith(str(image)):
             subprocess.run(["losetup", "-d", device], check=True)
     assert leftovers(loop_dir) == NOTHING
+
+
+def test_a_killed_runners_queue_comes_back_scheduler_first(loop_dir):
+    """Writing a scheduler resets nr_requests to its default: the reaper restores the scheduler
+    before the nr_requests recorded after it, so a queue set off its scheduler's default comes back."""
+    from test_device import queue_set_off_default, queue_settings, runner
+
+    r = runner(loop_dir)
+    target = r.target()
+    with queue_set_off_default(target.device) as queue:
+        original = queue_settings(target.device)
+        (queue / "scheduler").write_text("bfq")  # what the killed runner set
+        (queue / "nr_requests").write_text("64")
+        write_state(dead_pid(),
+                    {"kind": "sysfs", "path": str(queue / "scheduler"), "original": "mq-deadline",
+                     "backing_file": target.backing_file},
+                    {"kind": "sysfs", "path": str(queue / "nr_requests"), "original": "128",
+                     "backing_file": target.backing_file})
+        reaped = reap(Shell())
+        assert reaped.failed == [] and len(reaped.done) == 2
+        assert queue_settings(target.device) == original
+        r.close()
+    assert leftovers(loop_dir) == NOTHING

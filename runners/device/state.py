@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runners.device.shell import CommandTimeout, Shell
 
@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = "/run/storetune"
 KILL_WAIT_S = 5.0  # how long a killed process group may take to go (fio closing its files)
 _logs = itertools.count()
+T = TypeVar("T")
 
 
 def state_dir() -> Path:
@@ -159,11 +160,25 @@ def reap_and_say(shell: Shell, directory: Path | None = None) -> Reaped:
     return reaped
 
 
+def undo_order(items: list[T], path_of: Callable[[T], str | None]) -> list[T]:
+    """Last done, first undone; but a queue's scheduler is restored before the queue's other
+    settings, because writing a scheduler resets nr_requests to that scheduler's default."""
+    order = list(reversed(items))
+    for i, item in enumerate(list(order)):
+        path = path_of(item)
+        if path is None or Path(path).name != "scheduler":
+            continue
+        queue = Path(path).parent
+        first = next(j for j, other in enumerate(order) if path_of(other) and Path(path_of(other)).parent == queue)
+        order.insert(first, order.pop(order.index(item)))
+    return order
+
+
 def _undo_all(shell: Shell, entries: list[dict[str, Any]], reaped: Reaped) -> list[dict[str, Any]]:
-    """Undo entries last first; what fails is tried once more after the rest (a queue setting the
-    restored scheduler allows). Returns the entries still in effect, in their recorded order."""
+    """Undo entries last first (a queue's scheduler before its other settings); what fails is tried
+    once more after the rest. Returns the entries still in effect, in their recorded order."""
     failed: list[dict[str, Any]] = []
-    for entry in reversed(entries):
+    for entry in undo_order(entries, lambda e: e.get("path") if e.get("kind") == "sysfs" else None):
         try:
             line = undo(shell, entry)
         except UndoFailed:

@@ -15,7 +15,7 @@ from typing import Any
 
 from runners.device.safety import UnsafeDevice, check_block_device
 from runners.device.shell import Shell
-from runners.device.state import SetupLog, loop_detached
+from runners.device.state import SetupLog, loop_detached, undo_order
 
 logger = logging.getLogger(__name__)
 QUEUE_ATTRIBUTES = ("scheduler", "read_ahead_kb", "nr_requests")  # in the order they are set
@@ -144,11 +144,11 @@ def apply_queue(shell: Shell, log: SetupLog, target: Target, settings: Mapping[s
     """Set scheduler, read_ahead_kb and nr_requests, recording each original value first.
     Raises RefusedSetting if the kernel says no; the changes made so far are in ``applied``."""
     applied: list[QueueChange] = []
-    for attribute in QUEUE_ATTRIBUTES:
-        if attribute not in settings:
-            continue
-        path = target.queue(attribute)
-        original = current_queue_value(shell, path)
+    attributes = [attribute for attribute in QUEUE_ATTRIBUTES if attribute in settings]
+    # every original is read before anything is written: a new scheduler resets nr_requests
+    originals = {attribute: current_queue_value(shell, target.queue(attribute)) for attribute in attributes}
+    for attribute in attributes:
+        path, original = target.queue(attribute), originals[attribute]
         entry = log.record("sysfs", path=str(path), original=original, backing_file=target.backing_file)
         applied.append(QueueChange(entry, path, original))
         try:
@@ -163,10 +163,11 @@ def apply_queue(shell: Shell, log: SetupLog, target: Target, settings: Mapping[s
 
 
 def restore_queue(shell: Shell, log: SetupLog, applied: list[QueueChange]) -> None:
-    """Put the queue settings back, the last one set first; one that fails is tried again after the
-    others (an nr_requests the new scheduler refused, which the original scheduler allows). One that
-    still fails stays in the setup log, so the next start tries again, and is said."""
-    failed = [change for change in reversed(applied) if _restore(shell, log, change) is not None]
+    """Put the queue settings back, the scheduler first (writing it resets nr_requests), then the
+    last one set first; one that fails is tried again after the others. One that still fails stays
+    in the setup log, so the next start tries again, and is said."""
+    order = undo_order(applied, lambda change: str(change.path))
+    failed = [change for change in order if _restore(shell, log, change) is not None]
     for change in failed:
         error = _restore(shell, log, change)
         if error is not None:
