@@ -7,10 +7,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The Debian packages of the device runner: fio, the mkfs tools, and losetup/mount/blkid (util-linux).
+# The Debian packages of the device runner: fio, the mkfs tools, losetup/mount/blkid (util-linux), and a C
+# compiler with liburing for the trace replayer (compiled on first use).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      fio e2fsprogs xfsprogs btrfs-progs util-linux \
+      fio e2fsprogs xfsprogs btrfs-progs util-linux gcc libc6-dev liburing-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app

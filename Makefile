@@ -5,8 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared
 DEMO_DB ?= results/demo.sqlite
-# Debian packages of the device runner: fio and the mkfs tools.
-APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs
+# Debian packages of the device runner: fio, the mkfs tools, and a C compiler with liburing for the trace replayer.
+APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs gcc liburing-dev
 # Debian packages the test suite needs: those, a real PostgreSQL for the PostgreSQL history path, and
 # docker-compose to validate docker-compose.yml (no container engine runs here), and Debian's Chromium and
 # its driver for the web report's browser test (a test tool's own browser download fails here).

@@ -37,9 +37,8 @@ def replay(
     allow_device: AllowDeviceOpt = [],  # noqa: B006
     speed: Annotated[float, typer.Option(help="Replay at this multiple of the trace's pace; 0: as fast as possible.")]
     = 1.0,
-    queue_depth: Annotated[int, typer.Option(help="I/Os in flight at most. Latencies match fio's at 1, the "
-                                                  "default; deeper, Python threads inflate them (README, "
-                                                  "bench/device_overhead.py).")] = 1,
+    queue_depth: Annotated[int, typer.Option(help="I/Os in flight at most (io_uring); latencies are checked "
+                                                  "against fio's at 1, 8 and 32 (bench/device_overhead.py).")] = 1,
     loop_dir: LoopDirOpt = None,
     loop_size_mib: LoopSizeOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be done; touch nothing.")] = False,

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -364,6 +364,46 @@ def test_replay_a_trace_on_a_loop_device(loop_dir, tmp_path):
     assert summary["errors"] == 0
     assert "Traceback" not in proc.stderr  # no replayer thread died, even while closing its buffer
     assert leftovers(loop_dir) == NOTHING
+
+
+def test_the_replayer_keeps_the_trace_pace_and_the_queue_depth(loop_dir):
+    import numpy as np
+
+    from runners.device.replay import replay
+    from runners.device.shell import Shell
+    from runners.device.state import SetupLog
+    from runners.device.target import close_loop, open_loop
+    from runners.traces import Trace
+
+    shell, log = Shell(), SetupLog()
+    target = open_loop(shell, log, loop_dir, 512 * 2**20)
+    try:
+        n = 60
+        offsets = np.random.default_rng(0).integers(0, 2**17, n) * 4096
+        paced = Trace(np.arange(n) * 5.0, np.ones(n, bool), np.full(n, 4096), offsets, np.full(n, np.nan),
+                      np.full(n, np.nan), np.full(n, -1))
+        done = replay(paced, target.device, speed=1, queue_depth=4).trace
+        lateness_ms = done.submit_ms - paced.ts_ms
+        assert (lateness_ms >= 0).all() and np.median(lateness_ms) < 1  # due, not before, and on time
+        fast = replay(paced, target.device, speed=0, queue_depth=4).trace
+        starts, ends = fast.submit_ms, fast.submit_ms + fast.latency_us / 1e3
+        in_flight = [np.count_nonzero((starts <= t) & (ends > t)) for t in starts]
+        assert max(in_flight) <= 4 and (fast.returned == 4096).all()
+        writes = replace(paced, is_read=np.zeros(n, bool), offset=np.full(n, 2**40))  # far beyond: wrapped
+        result = replay(writes, target.device, speed=0, queue_depth=2)
+        assert result.wrapped == n and result.errors == 0 and (result.trace.returned == 4096).all()
+    finally:
+        close_loop(shell, log, target)
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_the_replayer_without_a_compiler_says_what_to_install(tmp_path, monkeypatch):
+    from runners.device import replay
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(replay.shutil, "which", lambda name: None)
+    with pytest.raises(replay.ReplayerUnavailable, match="apt-get install gcc liburing-dev"):
+        replay.replayer_binary()
 
 
 def test_a_malformed_trace_is_one_line_naming_its_line(tmp_path):
