@@ -59,9 +59,8 @@ def explain(pipeline: Pipeline, replicas: int = 3, failover_cost_us: float = 30.
                                replicas=replicas, failover_cost_us=failover_cost_us)
         labels = pipeline.slow_labels(base, part)  # none slow: refused, saying why (no failover pays, ...)
         if labels.all():
-            kind = "slow" if labels.any() else "fast"
-            raise AdmissionDataError(f"{pipeline.path.name}: the {part} part's reads are all {kind}"
-                                     f" by {labeling} labelling; nothing to tell apart")
+            raise AdmissionDataError(f"{pipeline.path.name}: the {part} part's reads are all slow by {labeling} "
+                                     "labelling; nothing to tell apart")
 
         def judged(cfg: AdmissionConfig) -> tuple[dict[str, float], np.ndarray]:
             scores = pipeline.model(cfg).scores(pipeline.inputs(cfg, part))

@@ -104,9 +104,8 @@ def _pending(ios: IOs, clock: _Clock) -> list[np.ndarray]:
     columns = []
     for kind in (ios.is_read, ~ios.is_read):
         columns += [clock.outstanding(kind.astype(float)), clock.outstanding(ios.size * kind)]
-    count = clock.outstanding(np.ones(len(ios)))
-    submitted_at = clock.outstanding(ios.submit_us)
-    mean_age = np.where(count > 0, ios.submit_us - submitted_at / np.maximum(count, 1), 0.0)
+    submitted_at = clock.outstanding(ios.submit_us)  # summed over the ios.queue I/Os outstanding
+    mean_age = np.where(ios.queue > 0, ios.submit_us - submitted_at / np.maximum(ios.queue, 1), 0.0)
     # the oldest outstanding I/O is the first, in submission order, to finish after this submission
     first = np.minimum(np.searchsorted(np.maximum.accumulate(clock.finish), ios.submit_us, side="right"),
                        np.arange(len(ios)))

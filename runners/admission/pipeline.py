@@ -81,7 +81,7 @@ class Pipeline:
         part = self.part(name)
         return part[self.ios.is_read[part]]
 
-    def X(self, depth: int, feature_set: str | tuple[str, ...] = "heimdall") -> np.ndarray:
+    def X(self, depth: int, feature_set: str | tuple[str, ...]) -> np.ndarray:
         """Every I/O's features, scaled on the training part only. ``feature_set``: a name of
         FEATURE_SETS, or a tuple of feature groups (explain's ablation)."""
         if isinstance(feature_set, str):

@@ -10,7 +10,6 @@ seed fixes everything, and ``reference_simulate`` (a plain loop) must agree exac
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 import numpy as np
