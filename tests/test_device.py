@@ -439,6 +439,31 @@ def test_filebench_engine_runs_the_real_binary(loop_dir):
     assert aslr.read_text() == before  # Filebench runs with ASLR off; it is restored
 
 
+@pytest.mark.skipif(shutil.which("filebench") is None,
+                    reason="filebench is not on PATH (no package registry has it: build it from source)")
+def test_a_full_file_system_under_filebench_fails_with_filebenchs_own_words(tmp_path):
+    from runners.device.engines import EngineOutputError, run_filebench
+    from runners.device.personalities import KIB, MIB, Personality
+    from runners.device.shell import Shell
+
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], check=True)
+    aslr = Path("/proc/sys/kernel/randomize_va_space")
+    before = aslr.read_text()
+    try:
+        aslr.write_text("0")
+        web = Personality("webserver", 100, 20, 16 * KIB, 2, MIB)  # 1.6 MB of pages and a log appended to
+        with pytest.raises(EngineOutputError) as e:
+            run_filebench(Shell(), web, str(small), tmp_path, 5, 120)
+    finally:
+        aslr.write_text(before)
+        subprocess.run(["umount", str(small)], check=True)
+    assert re.match(r"Filebench: Failed to write \d+ bytes on fd \d+: Success; .*flowop appendlog-\d failed",
+                    str(e.value))
+    assert re.search(r"\(a short write: the file system was full; \d+ of 3 MiB free after the run\)$", str(e.value))
+
+
 @pytest.mark.parametrize(
     "args, env, message",
     [

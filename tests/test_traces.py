@@ -134,3 +134,22 @@ def test_filebench_summary():
     with pytest.raises(EngineOutputError, match="IO Summary"):
         parse_filebench("Filebench Version 1.5-alpha3\n")
     assert np.isfinite(metrics["read_ops_per_s"])
+
+
+def test_filebench_errors_are_the_failure_reason():
+    """Filebench logs errors to stderr and exits 0; these are its words on a full file system."""
+    stderr = ("1.026: Failed to write 15006 bytes on fd 7: Success\n"
+              "1.026: Failed to write 13565 bytes on fd 6: Success\n"
+              "1.026: filereaderthread-2: flowop appendfilerand1-1 failed\n"
+              "1.026: filereaderthread-1: flowop appendfilerand1-1 failed\n"
+              "2.017: NO VALID RESULTS! Filebench run terminated prematurely around line 12\n")
+    with pytest.raises(EngineOutputError) as e:
+        parse_filebench("2.017: Shutting down processes\n", stderr)
+    assert str(e.value) == ("Filebench: Failed to write 15006 bytes on fd 7: Success; filereaderthread-2: flowop "
+                            "appendfilerand1-1 failed; NO VALID RESULTS! Filebench run terminated prematurely "
+                            "around line 12")
+    summary = "42.004: IO Summary: 1063894 ops 17729.734 ops/s 1612/3224 rd/wr 428.5mb/s 2.8ms/op\n"
+    with pytest.raises(EngineOutputError, match="flowop appendfilerand1-1 failed"):  # a summary after an error
+        parse_filebench(summary, stderr.splitlines()[2])
+    shmmax = "WARNING: Could not open /proc/sys/kernel/shmmax file!\nIt means that you probably ran Filebench not\n"
+    assert parse_filebench(summary, shmmax)["ops_per_s"] == 17729.734  # a warning is not an error

@@ -106,19 +106,52 @@ def run_filebench(shell: Shell, p: Personality, mountpoint: str, workdir: Path, 
     result = shell.run(["filebench", "-f", str(wml)], timeout=timeout_s)
     if shell.dry_run:
         return {}
-    return parse_filebench(result.stdout + result.stderr)
+    try:
+        return parse_filebench(result.stdout, result.stderr)
+    except EngineOutputError as e:
+        if "Failed to write" in str(e) and ": Success" in str(e):  # write() returned short, without an errno
+            free = os.statvfs(mountpoint)
+            free_mib, size_mib = free.f_bavail * free.f_frsize >> 20, free.f_blocks * free.f_frsize >> 20
+            raise EngineOutputError(f"{e} (a short write: the file system was full; {free_mib} of {size_mib} MiB "
+                                    "free after the run)") from None
+        raise
 
 
 _SUMMARY = re.compile(
     r"IO Summary:\s+(?P<ops>\d+) ops\s+(?P<rate>[\d.]+) ops/s\s+(?P<rd>\d+)/(?P<wr>\d+) rd/wr\s+"
     r"(?P<mb>[\d.]+)mb/s\s+(?P<lat>[\d.]+)ms/op"
 )
+_LOG_LINE = re.compile(r"^\s*(?:\d+:\s+)?[\d.]+:\s+(?P<text>.*)$")  # "[pid: ]seconds: text"
 
 
-def parse_filebench(text: str) -> dict[str, float]:
+def filebench_errors(stderr: str) -> list[str]:
+    """Filebench's own error lines (it logs errors to stderr and exits 0), without their timestamps;
+    one of each kind (the same words with other numbers count once), in order."""
+    errors, kinds, warning = [], set(), False
+    for line in stderr.splitlines():
+        match = _LOG_LINE.match(line)
+        text = (match["text"] if match else line).strip()
+        if text.upper().startswith("WARNING") or (warning and not match):
+            warning = True  # e.g. "WARNING: Could not open /proc/sys/kernel/shmmax", over several lines
+            continue
+        warning = False
+        kind = re.sub(r"\d+", "N", text)
+        if text and kind not in kinds:
+            kinds.add(kind)
+            errors.append(text)
+    return errors
+
+
+def parse_filebench(stdout: str, stderr: str = "") -> dict[str, float]:
     """Metrics from Filebench's "IO Summary" line. Filebench reports operations (flowops) per
-    second and mean latency per operation; it reports no percentiles."""
-    match = _SUMMARY.search(text)
+    second and mean latency per operation; it reports no percentiles. A run that logged an error
+    failed, with a summary or without: a failing flowop ends its thread, and the rest of the run
+    measures fewer threads than asked."""
+    errors = filebench_errors(stderr)
+    if errors:
+        more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise EngineOutputError(f"Filebench: {'; '.join(errors[:3])}{more}")
+    match = _SUMMARY.search(stdout)
     if match is None:
         raise EngineOutputError("Filebench printed no 'IO Summary' line")
     return {
