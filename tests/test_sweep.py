@@ -62,3 +62,37 @@ def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatc
     assert extended["rows"] > manifest["rows"] and extended["extended"][0]["per_stratum"] == [1, 2]
     with pytest.raises(ValueError, match="raise only --per-stratum"):
         run_sweep(history, spec)  # shrinking is refused
+
+    # a fresh clone has the committed dataset but not the history: it extends the dataset, measuring only
+    # what is missing, and the committed rows come out as they went in
+    committed = set((tmp_path / "ds" / "measurements.csv").read_text().splitlines())
+    fresh = History(f"sqlite:///{tmp_path / 'fresh.sqlite'}")
+    grown = json.loads(run_sweep(fresh, SweepSpec(**{**spec.__dict__, "per_stratum": 3})).read_text())
+    trials = fresh.trials(grown["campaigns"]["varmail"], measurements=True)
+    adopted = [t for t in trials if all(m.env.get("adopted_from") == "ds/measurements.csv" for m in t.measurements)]
+    assert len(adopted) == grown["adopted"]["varmail"]["trials"] == 10 and len(trials) == 15
+    assert [t.number for t in adopted] == list(range(10))  # in grid order, before the new ones
+    assert committed < set((tmp_path / "ds" / "measurements.csv").read_text().splitlines())
+    assert grown["rows"] > extended["rows"] and grown["measured_wall_time_s"] > extended["measured_wall_time_s"]
+    assert grown["where"]["tools"]["fio_version"]
+
+
+def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_path, monkeypatch):
+    """datasets/loop-storage-v2 without its git-ignored history: the same sweep command adopts every
+    committed measurement, measures nothing again, and exports the same rows."""
+    from conftest import ROOT
+
+    monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "loop-storage-v2"
+    shutil.copytree(ROOT / "datasets" / "loop-storage-v2", out, ignore=shutil.ignore_patterns("*.sqlite*"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    settings = dict(manifest["settings"])
+    sweep = {k: settings.pop(k) for k in ("workloads", "repeats", "per_stratum", "seed")}
+    spec = SweepSpec(out=out, device=DeviceSettings(**settings), **{**sweep, "workloads": tuple(sweep["workloads"])})
+    measured = []
+    run_sweep(History(f"sqlite:///{tmp_path / 'fresh.sqlite'}"), spec, on_trial=measured.append)
+    assert measured == []
+    committed = (ROOT / "datasets" / "loop-storage-v2" / "measurements.csv").read_text().splitlines()
+    assert sorted((out / "measurements.csv").read_text().splitlines()) == sorted(committed)
+    again = json.loads((out / "manifest.json").read_text())
+    assert again["measured_wall_time_s"] == manifest["measured_wall_time_s"] and again["where"] == manifest["where"]

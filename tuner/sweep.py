@@ -17,13 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runners import Status
+import numpy as np
+
+from runners import Measurement, Status
 from runners.settings import DeviceSettings
+from runners.tables import load_table
 from search_spaces import load_space
 from tuner.campaign import Campaign, CampaignSpec
 from tuner.grid import GridSearch
 from tuner.history import History
-from tuner.loop import TrialResult
+from tuner.loop import TrialResult, trial_seed
+from tuner.objective import Objective
 
 METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_mb_per_s", "write_mb_per_s",
            "lat_mean_us", "lat_p99_us", "lat_p999_us", "read_lat_mean_us", "read_lat_p99_us", "write_lat_mean_us",
@@ -77,7 +81,10 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
     spec.out.mkdir(parents=True, exist_ok=True)
     for workload in spec.workloads:
         known = manifest["campaigns"].get(workload)
-        if known is None:
+        if known is not None and not _holds(history, known, spec, workload):
+            campaign = _adopt(history, spec, manifest, workload, grid)  # a fresh clone: the committed data
+            _save(path, manifest)
+        elif known is None:
             campaign = Campaign.create(history, campaign_spec(spec, workload, len(grid)))
             manifest["campaigns"][workload] = campaign.id
             _save(path, manifest)
@@ -94,6 +101,51 @@ def campaign_spec(spec: SweepSpec, workload: str, grid_size: int) -> CampaignSpe
     return CampaignSpec(runner="device", runner_settings=spec.runner_settings(workload), algorithm="grid",
                         algorithm_params={"per_stratum": spec.per_stratum}, metric="ops_per_s", direction="max",
                         budget=grid_size, seed=spec.seed, repeats=spec.repeats)
+
+
+def _holds(history: History, campaign_id: int, spec: SweepSpec, workload: str) -> bool:
+    """Does this history hold the manifest's campaign for ``workload`` (not another campaign that
+    happens to have its id)?"""
+    try:
+        record = history.campaign(campaign_id)
+    except LookupError:
+        return False
+    return record.runner == "device" and record.algorithm == "grid" and record.workload_name == workload \
+        and record.runner_settings.get("workload") == workload
+
+
+def _adopt(history: History, spec: SweepSpec, manifest: dict[str, Any], workload: str, grid: list[Any]) -> Campaign:
+    """A history without the sweep's campaigns (a fresh clone: history.sqlite is not committed) learns
+    the committed measurements of ``workload`` as a campaign's finished trials, in grid order, so the
+    sweep measures only what is missing. Each measurement's env says it was adopted, and from where."""
+    table = load_table(spec.out, context={"workload": workload})
+    measured = {**{c: None for c in table.repeats}, **{c: None for c in table.outcomes}}
+    order = {config: i for i, config in enumerate(grid)}
+    strangers = [c for c in measured if c not in order]
+    if strangers:
+        raise ValueError(f"{spec.out / MEASUREMENTS} holds {workload} configurations this sweep's grid does not draw "
+                         f"(e.g. {dict(strangers[0])}); measure into another --out")
+    campaign = Campaign.create(history, campaign_spec(spec, workload, len(grid)))
+    objective = Objective("ops_per_s", "max")
+    adopted = {"adopted_from": f"{spec.out.name}/{MEASUREMENTS}", "sha256": table.sha256}
+    metrics = list(table.metrics)
+    for config in sorted(measured, key=order.__getitem__):
+        if config in table.repeats:
+            ms = [Measurement(Status.SUCCEEDED, {m: float(v) for m, v in zip(metrics, row) if np.isfinite(v)},
+                              env=adopted) for row in table.repeats[config]]
+        else:
+            status, reason = table.outcomes[config]
+            ms = [Measurement.failed(status, reason or status.value, env=adopted)]
+        [trial] = history.add_trials(campaign.id, [config], [trial_seed(spec.seed, config)])
+        history.start_trials([trial.id])
+        for repeat, m in enumerate(ms):
+            history.add_measurement(trial.id, repeat, m)
+        history.finish_trial(trial.id, *objective.outcome(ms))
+    manifest["campaigns"][workload] = campaign.id
+    manifest.setdefault("adopted", {})[workload] = {"at": _now(), "trials": len(measured), "campaign": campaign.id,
+                                                    "database": history.url}
+    manifest.setdefault("adopted_wall_time_s", manifest.get("measured_wall_time_s", 0.0))
+    return campaign
 
 
 def plan(spec: SweepSpec) -> dict[str, Any]:
@@ -124,8 +176,9 @@ def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: l
                           params={"per_stratum": old["per_stratum"]}).grid
     if not set(previous) <= set(grid):
         raise ValueError(f"{spec.out}: the larger grid does not contain the measured one; measure it into another --out")
-    for campaign_id in manifest["campaigns"].values():
-        history.extend_campaign(campaign_id, len(grid), {"per_stratum": spec.per_stratum})
+    for workload, campaign_id in manifest["campaigns"].items():
+        if _holds(history, campaign_id, spec, workload):  # one this history lacks is adopted at the new size
+            history.extend_campaign(campaign_id, len(grid), {"per_stratum": spec.per_stratum})
     manifest.setdefault("extended", []).append({"at": _now(), "per_stratum": [old["per_stratum"], spec.per_stratum],
                                                 "command": " ".join(spec.command)})
     manifest["settings"] = wanted
@@ -139,12 +192,13 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
         for t in history.trials(campaign_id, measurements=True):
             if t.status == Status.STALE.value:
                 continue
-            if t.started_at and t.finished_at:
+            adopted = any("adopted_from" in m.env for m in t.measurements)
+            if t.started_at and t.finished_at and not adopted:  # adopted trials' time is adopted_wall_time_s
                 measured_s += (t.finished_at - t.started_at).total_seconds()
             if t.status == Status.SUCCEEDED.value:
                 valid.add(t.config_hash)
             for repeat, m in enumerate(t.measurements):
-                env = env or dict(m.env)
+                env = env or ({} if adopted else dict(m.env))
                 rows.append([workload, *(t.config.get(p.name, "") for p in space.parameters), repeat, m.status,
                              m.reason or "", *(_cell(m.metrics.get(k)) for k in METRICS)])
     with open(spec.out / MEASUREMENTS, "w", newline="") as f:
@@ -159,7 +213,7 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
         "metrics": DIRECTIONS,
         "context": ["workload"],
         "finished_at": _now(),
-        "measured_wall_time_s": round(measured_s, 1),
+        "measured_wall_time_s": round(measured_s + manifest.get("adopted_wall_time_s", 0.0), 1),
         "rows": len(rows),
         "valid_configurations": len(valid),
         "how": {
@@ -168,7 +222,7 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
             f"pair, seed {spec.seed}", "fileset_mib": spec.device.fileset_mib, "page_cache": "dropped before every run",
             "mkfs": "ext3/ext4 with lazy_itable_init=0,lazy_journal_init=0",
         },
-        "where": {
+        "where": manifest.get("where") if not env else {
             "host": platform.node(), "kernel": platform.release(), "machine": platform.machine(),
             "cpu": _cpu_model(), "device": env.get("device_kind"), "device_size_bytes": env.get("device_size_bytes"),
             "loop_direct_io": env.get("loop_direct_io"), "loop_backing_fs": env.get("loop_backing_fs"),
