@@ -19,6 +19,7 @@ from api.common import (
     AllowDeviceOpt,
     DbOption,
     DeviceOpt,
+    DirtyLimitOpt,
     EngineOpt,
     ExecutorOpt,
     FilesetOpt,
@@ -26,6 +27,7 @@ from api.common import (
     LoopSizeOpt,
     MaxRetriesOpt,
     RuntimeOpt,
+    WarmupOpt,
     WorkloadOpt,
     JsonOption,
     UserError,
@@ -126,6 +128,8 @@ def tune(
     loop_dir: LoopDirOpt = None,
     loop_size_mib: LoopSizeOpt = None,
     fileset_mib: FilesetOpt = None,
+    warmup_runs: WarmupOpt = None,
+    dirty_limit_mib: DirtyLimitOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands of the first evaluations; "
                                                              "run and record nothing.")] = False,
     trace: Annotated[Optional[Path], typer.Option(help="Admission runner: a trace with per-I/O latency.")] = None,
@@ -155,7 +159,8 @@ def tune(
     options = dict(dataset=[str(p) for p in dataset], context=pairs(context, "--context"), space=space,
                    command=command, timeout_s=timeout, device=device, allow_device=allow_device, workload=workload,
                    engine=engine, runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
-                   fileset_mib=fileset_mib, trace=str(trace) if trace else None, replica_cost_us=replica_cost_us,
+                   fileset_mib=fileset_mib, warmup_runs=warmup_runs, dirty_limit_mib=dirty_limit_mib,
+                   trace=str(trace) if trace else None, replica_cost_us=replica_cost_us,
                    metric=metric if runner == "dataset" else None)
     spec = None
     if resume is None or dry_run:

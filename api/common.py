@@ -75,6 +75,8 @@ RuntimeOpt = Annotated[Optional[float], typer.Option("--runtime", help=_device_h
 LoopDirOpt = Annotated[Optional[str], typer.Option("--loop-dir", help=_device_help("loop_dir"))]
 LoopSizeOpt = Annotated[Optional[int], typer.Option("--loop-size-mib", help=_device_help("loop_size_mib"))]
 FilesetOpt = Annotated[Optional[int], typer.Option("--fileset-mib", help=_device_help("fileset_mib"))]
+WarmupOpt = Annotated[Optional[int], typer.Option("--warmup-runs", help=_device_help("warmup_runs"))]
+DirtyLimitOpt = Annotated[Optional[int], typer.Option("--dirty-limit-mib", help=_device_help("dirty_limit_mib"))]
 
 # Runner options of the command line whose flag is not the setting's name.
 FLAGS = {"timeout_s": "--timeout", "runtime_s": "--runtime"}

@@ -13,11 +13,13 @@ from api.common import (
     AllowDeviceOpt,
     DbOption,
     DeviceOpt,
+    DirtyLimitOpt,
     EngineOpt,
     FilesetOpt,
     JsonOption,
     LoopDirOpt,
     LoopSizeOpt,
+    WarmupOpt,
     console,
     err,
     literal,
@@ -97,6 +99,8 @@ def sweep(
     loop_dir: LoopDirOpt = None,
     loop_size_mib: LoopSizeOpt = None,
     fileset_mib: FilesetOpt = None,
+    warmup_runs: WarmupOpt = None,
+    dirty_limit_mib: DirtyLimitOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the grid, the runs it takes and the commands "
                                                              "of its first evaluation; run and record nothing.")]
     = False,
@@ -108,7 +112,8 @@ def sweep(
 
     settings = runner_settings("device", dict(space=space, device=device, allow_device=allow_device, engine=engine,
                                               runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
-                                              fileset_mib=fileset_mib))
+                                              fileset_mib=fileset_mib, warmup_runs=warmup_runs,
+                                              dirty_limit_mib=dirty_limit_mib))
     spec = SweepSpec(out=out, device=settings, workloads=workloads_of(workloads, list(PERSONALITIES)),
                      repeats=repeats, per_stratum=per_stratum, seed=seed, command=["storetune", *sys.argv[1:]])
     if dry_run:

@@ -92,9 +92,10 @@ def fio_alone(runner, config, repeats: int) -> dict[str, list[float]]:
 
 
 def noise(args: argparse.Namespace, loop_dir: str) -> None:
-    print(f"\n== repeat noise: CV of ops/s over {args.repeats} evaluations of {args.runtime:g} s (ext4, mq-deadline)")
+    print(f"\n== repeat noise: CV of ops/s over {args.repeats} evaluations of {args.runtime:g} s (ext4, mq-deadline), "
+          f"loop file in {loop_dir}; load before: {os.getloadavg()[0]:.2f}")
     print(f"{'workload':<12}{'mean ops/s':>12}{'CV':>8}{'fio-alone CV':>14}{'target':>10}")
-    for workload in WORKLOADS:
+    for workload in args.workloads.split(","):
         runner = make_runner("device", workload=workload, runtime_s=args.runtime, loop_dir=loop_dir)
         config = runner.space.validate({"fs": "ext4", "io_scheduler": "mq-deadline"}, fill_defaults=True)
         ops = [runner.run(config, runner.workload, seed=s).metrics["ops_per_s"] for s in range(args.repeats)]
@@ -138,6 +139,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--loop-dir", default="/var/tmp/storetune-bench")
     parser.add_argument("--skip", default="", help="comma-separated: fixed,noise,replay")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="the noise section's workloads")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/device_overhead.py needs root (loop devices, mkfs, mount)")

@@ -60,6 +60,10 @@ class DeviceSettings(RunnerSettings):
     loop_dir: str = Field("/var/tmp/storetune", min_length=1, description="Where the loop device's sparse file goes.")
     loop_size_mib: int = Field(1024, ge=300, description="Size of the loop device (mkfs.xfs needs 300 MiB).")
     fileset_mib: int = Field(256, ge=1, description="Largest fileset a personality lays out.")
+    warmup_runs: int = Field(1, ge=0, le=10, description="Runs measured and discarded before a runner's first "
+                             "measurement.")
+    dirty_limit_mib: int = Field(0, ge=0, description="The host's dirty page-cache limit during a run (vm.dirty_bytes;"
+                                 " a quarter of it is vm.dirty_background_bytes), restored after; 0 leaves the host's.")
 
 
 class AdmissionSettings(RunnerSettings):

@@ -79,8 +79,8 @@ class Process:
 
 
 def fio_of(workdir: Path, run: subprocess.Popen, timeout_s: float = 120) -> Process:
-    """The fio a runner started on a job file in its work folder, once it runs (and a second more, so
-    that it is measuring, past laying out its files)."""
+    """The fio a runner started on a job file in its work folder to measure (not its create_only pass that
+    lays the files out), once it runs, and a second more."""
     prefix = f"{workdir}/".encode()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -88,7 +88,7 @@ def fio_of(workdir: Path, run: subprocess.Popen, timeout_s: float = 120) -> Proc
         for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
             argv = _read_bytes(cmdline).split(b"\0")
             job = [a for a in argv[1:] if a.startswith(prefix) and a.endswith(b".fio")]
-            if job and os.path.basename(argv[0]) == b"fio":
+            if job and os.path.basename(argv[0]) == b"fio" and b"--create_only=1" not in argv:
                 pid = int(cmdline.parent.name)
                 time.sleep(1.0)
                 return Process(pid, _start_time(pid) or "gone")
@@ -197,6 +197,44 @@ def test_a_queue_set_off_its_scheduler_default_is_restored_as_it_was(loop_dir):
         assert m.status is Status.SUCCEEDED, m.reason
         assert queue_settings(r.target().device) == original
         r.close()
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_a_runners_first_measurement_follows_a_discarded_warm_up(loop_dir):
+    r = runner(loop_dir)
+    refused = r.space.validate({"fs": "ext4", "io_scheduler": "none", "nr_requests": 256}, fill_defaults=True)
+    assert r.run(refused, r.workload, seed=1).status is Status.INVALID  # no warm-up is spent on it
+    config = r.space.validate({"fs": "ext4"}, fill_defaults=True)
+    first, second = (r.run(config, r.workload, seed=s) for s in (1, 2))
+    assert first.status is second.status is Status.SUCCEEDED
+    assert len(first.env["warmup_ops_per_s"]) == 1 and first.env["warmup_ops_per_s"][0] > 0
+    assert "warmup_ops_per_s" not in second.env and first.env["protocol"] == 2
+    r.close()
+    cold = runner(loop_dir, warmup_runs=0)
+    assert "warmup_ops_per_s" not in cold.run(config, cold.workload, seed=1).env
+    cold.close()
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_the_dirty_limit_holds_during_the_run_and_the_hosts_comes_back(loop_dir, monkeypatch):
+    import runners.device.runner as device_runner
+
+    vm = Path("/proc/sys/vm")
+    names = ("dirty_bytes", "dirty_background_bytes", "dirty_ratio", "dirty_background_ratio")
+    before = {n: (vm / n).read_text().strip() for n in names}
+    during = {}
+
+    def benchmark(*args, **kwargs):  # stands in for fio: what the host is set to while it would run
+        during.update({n: (vm / n).read_text().strip() for n in names})
+        return {"ops_per_s": 1.0}
+
+    monkeypatch.setattr(device_runner, "run_fio", benchmark)
+    r = runner(loop_dir, dirty_limit_mib=64, warmup_runs=0)
+    m = r.run(r.space.validate({"fs": "ext4"}, fill_defaults=True), r.workload, seed=1)
+    r.close()
+    assert m.status is Status.SUCCEEDED, m.reason
+    assert during["dirty_bytes"] == str(64 * 2**20) and during["dirty_background_bytes"] == str(16 * 2**20)
+    assert {n: (vm / n).read_text().strip() for n in names} == before
     assert leftovers(loop_dir) == NOTHING
 
 
@@ -318,14 +356,14 @@ def test_a_tune_killed_mid_benchmark_leaves_nothing_after_the_next_start(loop_di
     [log] = state.glob(f"device-{killed.pid}-*.json")
     restores = [f"restored {e['path']} = {e['original']}" for e in json.loads(log.read_text())["entries"]
                 if e["kind"] == "sysfs"]
-    assert len(restores) == 3  # undone last first
+    assert len(restores) == 3  # undone last first, but the scheduler first of all (it resets nr_requests)
 
     after = run_cli(*tune, "--runtime", "1", env={"STORETUNE_DATABASE_URL": env["STORETUNE_DATABASE_URL"]})
     assert after.returncode == 0, after.stderr  # the next start reaps, then measures and closes its own
     said = [line.split("cleaned up after a runner that was killed: ", 1)[1] for line in after.stderr.splitlines()
             if "cleaned up after a runner that was killed: " in line]
     said = [re.sub(r" \(lazily: .*\)$", "", line) for line in said]  # a busy mount may still need the lazy way
-    assert said == [f"killed process group {fio.pid}", *restores[::-1], f"unmounted {workdir / 'mnt'}",
+    assert said == [f"killed process group {fio.pid}", restores[0], *restores[:0:-1], f"unmounted {workdir / 'mnt'}",
                     f"removed {workdir}", f"detached {device}", f"removed {loop_dir}/storetune-{killed.pid}-0.img"]
     assert "still in effect" not in after.stderr
     assert not fio.alive() and group(killed.pid) == [] and group(fio.pid) == []
@@ -424,6 +462,26 @@ def test_every_personality_runs_cleanly_under_fio(loop_dir, workload):
     assert m.status is Status.SUCCEEDED, m.reason  # a fio job that could not run fails the measurement
     assert m.metrics["read_ops_per_s"] > 0 and m.metrics["write_ops_per_s"] > 0
     assert m.env["timings_s"]["benchmark"] >= 2  # it ran for its whole runtime
+
+
+def test_fileserver_fits_btrfs_on_the_default_device(loop_dir):
+    """fio's appenders once preallocated 640 MiB: fileserver ran out of space on btrfs at 1 GiB."""
+    r = runner(loop_dir, workload="fileserver", fileset_mib=256, loop_size_mib=1024)
+    m = r.run(r.space.validate({"fs": "btrfs"}, fill_defaults=True), r.workload, seed=1)
+    r.close()
+    assert m.status is Status.SUCCEEDED, m.reason
+
+
+def test_a_run_that_would_fill_the_file_system_is_refused_before_it_starts(loop_dir):
+    with pytest.raises(DeviceError, match=r"filebench's webserver with a 15 MiB fileset appends to its log "
+                                          r"without bound \(about 100 MiB/s\), so a 10 s run needs a device of at "
+                                          r"least 1600 MiB .*; loop has 1024 MiB: use --loop-size-mib 1600 or a "
+                                          r"smaller --fileset-mib"):
+        runner(loop_dir, workload="webserver", engine="filebench", runtime_s=10, loop_size_mib=1024, dry_run=True)
+    with pytest.raises(DeviceError, match="fio's fileserver with a 253 MiB fileset needs a device of at least 449 MiB"):
+        runner(loop_dir, workload="fileserver", loop_size_mib=400, fileset_mib=256, dry_run=True)
+    runner(loop_dir, workload="fileserver", loop_size_mib=1024, fileset_mib=256, dry_run=True)  # fits
+    assert leftovers(loop_dir) == NOTHING
 
 
 @pytest.mark.skipif(shutil.which("filebench") is None,

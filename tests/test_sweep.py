@@ -79,8 +79,11 @@ def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatc
 
 def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_path, monkeypatch):
     """datasets/loop-storage-v2 without its git-ignored history: the same sweep command adopts every
-    committed measurement, measures nothing again, and exports the same rows."""
+    committed measurement, measures nothing again, and exports the same rows. It was measured with
+    protocol 1: today's code refuses to mix protocols, so the adoption runs as protocol-1 code would."""
     from conftest import ROOT
+
+    import tuner.sweep
 
     monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
     out = tmp_path / "loop-storage-v2"
@@ -89,6 +92,13 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
     settings = dict(manifest["settings"])
     sweep = {k: settings.pop(k) for k in ("workloads", "repeats", "per_stratum", "seed")}
     spec = SweepSpec(out=out, device=DeviceSettings(**settings), **{**sweep, "workloads": tuple(sweep["workloads"])})
+    with pytest.raises(ValueError, match="was measured with measurement protocol 1; this StoreTune measures with "
+                                         "protocol 2 .* not mixed: measure into another --out"):
+        run_sweep(History(f"sqlite:///{tmp_path / 'refused.sqlite'}"), spec)
+
+    monkeypatch.setattr(tuner.sweep, "PROTOCOL", 1)
+    spec = SweepSpec(out=out, device=DeviceSettings(**settings, warmup_runs=0),
+                     **{**sweep, "workloads": tuple(sweep["workloads"])})
     measured = []
     run_sweep(History(f"sqlite:///{tmp_path / 'fresh.sqlite'}"), spec, on_trial=measured.append)
     assert measured == []

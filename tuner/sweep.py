@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from runners import Measurement, Status
+from runners.device.runner import PROTOCOL
 from runners.settings import DeviceSettings
 from runners.tables import load_table
 from search_spaces import load_space
@@ -34,6 +35,7 @@ METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_m
            "write_lat_p99_us")
 DIRECTIONS = {m: ("min" if "lat" in m else "max") for m in METRICS}
 MEASUREMENTS = "measurements.csv"
+LEGACY_SETTINGS = {"protocol": 1, "warmup_runs": 0, "dirty_limit_mib": 0}  # what a manifest written before these settings measured with
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class SweepSpec:
         return {"workloads": list(self.workloads), "space": device.pop("space"), "device": device.pop("device"),
                 "allow_device": device.pop("allow_device"), "engine": device.pop("engine"),
                 "runtime_s": device.pop("runtime_s"), "repeats": self.repeats, "per_stratum": self.per_stratum,
-                "seed": self.seed, **device}
+                "seed": self.seed, "protocol": PROTOCOL, **device}
 
     def runner_settings(self, workload: str) -> DeviceSettings:
         return self.device.model_copy(update={"workload": workload})
@@ -72,7 +74,7 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
     manifest = json.loads(path.read_text()) if path.exists() else {}
     grid = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
                       params={"per_stratum": spec.per_stratum}).grid
-    if manifest and manifest.get("settings") != spec.settings():
+    if manifest and _recorded(manifest) != spec.settings():
         _extend(history, spec, manifest, grid)  # only a larger --per-stratum; anything else is refused
     manifest.setdefault("settings", spec.settings())
     manifest.setdefault("started_at", _now())
@@ -159,15 +161,24 @@ def plan(spec: SweepSpec) -> dict[str, Any]:
     return {"configurations": len(grid), "workloads": list(spec.workloads), "repeats": spec.repeats,
             "benchmark_runs": runs, "benchmark_time_s": runs * spec.device.runtime_s,
             "resumes": sorted(set(manifest.get("campaigns", {})) & set(spec.workloads)),
-            "settings_differ": bool(manifest) and manifest.get("settings") != spec.settings(),
+            "settings_differ": bool(manifest) and _recorded(manifest) != spec.settings(),
             "first": campaign_spec(spec, spec.workloads[0], len(grid))}
+
+
+def _recorded(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The settings a manifest records, with those it predates at the values it was measured with."""
+    return {**LEGACY_SETTINGS, **(manifest.get("settings") or {})}
 
 
 def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: list[Any]) -> None:
     """Grow a sweep to more configurations per stratum: the same seed draws the same configurations
     first, so the old grid is part of the new one and nothing measured is measured again."""
-    old = dict(manifest.get("settings") or {})
+    old = _recorded(manifest)
     wanted = spec.settings()
+    if old["protocol"] != wanted["protocol"]:
+        raise ValueError(f"{spec.out} was measured with measurement protocol {old['protocol']}; this StoreTune "
+                         f"measures with protocol {wanted['protocol']} (README, 'The measurement protocol'), and the "
+                         "two are not mixed: measure into another --out")
     if {k: v for k, v in old.items() if k != "per_stratum"} != {k: v for k, v in wanted.items() if k != "per_stratum"} \
             or wanted["per_stratum"] <= old.get("per_stratum", 0):
         raise ValueError(f"{spec.out} holds a sweep with other settings ({old}); choose another --out, repeat that "
@@ -219,8 +230,10 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
         "how": {
             "command": " ".join(spec.command), "engine": spec.device.engine, "runtime_s": spec.device.runtime_s,
             "repeats": spec.repeats, "grid": f"{spec.per_stratum} configurations per file system x I/O scheduler "
-            f"pair, seed {spec.seed}", "fileset_mib": spec.device.fileset_mib, "page_cache": "dropped before every run",
+            f"pair, seed {spec.seed}", "fileset_mib": spec.device.fileset_mib,
+            "page_cache": "the files laid out, written back and dropped from the page cache before every timed run",
             "mkfs": "ext3/ext4 with lazy_itable_init=0,lazy_journal_init=0",
+            "protocol": PROTOCOL, "warmup_runs": spec.device.warmup_runs,
         },
         "where": manifest.get("where") if not env else {
             "host": platform.node(), "kernel": platform.release(), "machine": platform.machine(),

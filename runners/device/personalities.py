@@ -8,9 +8,9 @@ follows and what it cannot:
 
 - fileserver: 10,000 files, meandirwidth 20, mean file size 128 KiB scaled to fit (fio draws sizes
   uniformly in 0.5-1.5x the mean, Filebench from a gamma distribution), 50 threads, whole-file I/O in
-  1 MiB requests, 16 KiB appends. fio cannot chain create -> write -> append -> read -> delete -> stat on one file in one
-  thread: it runs whole-file writes and reads (rw=rw, 1:1) and a 16 KiB appender side by side, and
-  never deletes or stats.
+  1 MiB requests, 16 KiB appends. fio cannot chain create -> write -> append -> read -> delete -> stat on
+  one file in one thread: it runs whole-file writes and reads (rw=rw, 1:1) and 16 KiB appenders side by
+  side, and never deletes or stats.
 - varmail ('mailserver'): 1,000 files of 16 KiB in one directory, 16 threads, 16 KiB appends each
   followed by fsync, whole-file reads. fio: random 1:1 reads and writes of 16 KiB with fsync after
   every write (fsync=1); no delete/create churn.
@@ -25,6 +25,19 @@ follows and what it cannot:
 Every fio job uses buffered I/O, like Filebench's personalities (directio=0), so the file system's page
 cache behaviour is part of what is measured; a measurement records its engine, and fio operations per
 second are not Filebench operations per second.
+
+What changed, and why (measurement protocol 2, issue 16):
+- Both engines lay their files out, write them back and drop the page cache before the timed run (fio in
+  a create_only pass, Filebench with `create files` and `system` lines before `run`). Before, the layout's
+  writeback ran inside the measurement, and the reads of oltp found the files it had just written cached.
+- fio's fileserver appenders preallocated 64 MiB each (fio's fallocate default): 640 MiB on top of the
+  fileset, so fileserver ran out of space on btrfs at 1 GiB (6 of 6 runs). Together they now append at
+  most a quarter of the fileset, without fallocate, so each append allocates as Filebench's
+  appendfilerand does. The webserver log writers keep 64 MiB each (a smaller log is rewritten in the page
+  cache and the workload stops writing), also without fallocate.
+- What a run may occupy is known (space_needed): the device runner refuses a device too small for it
+  before it starts. Filebench's webserver appends to its log without bound (90-100 MiB/s on a loop
+  device here), so a 10 s run of it needs about 1.6 GiB.
 """
 
 from __future__ import annotations
@@ -60,7 +73,8 @@ class Personality:
 OLTP_DATAFILES, OLTP_FILESIZE = 10, 10 * MIB
 OLTP_SHADOWS, OLTP_DBWRITERS, OLTP_IOSIZE, OLTP_LOGIOSIZE = 200, 10, 2 * KIB, 256 * KIB
 FIO_MAX_THREADS = 50  # fio runs one thread per job; more than this only measures the host's scheduler
-APPEND_BYTES = 64 * MIB  # what an appending job may add in a run (fio wraps around at the end)
+APPEND_SHARE = 4  # fio's fileserver appenders together may add a quarter of the fileset (then they wrap around)
+WEBLOG_BYTES = 64 * MIB  # each webserver log writer's share of the log (a smaller log stays in the page cache)
 
 PERSONALITIES = {
     "fileserver": Personality("fileserver", 10_000, 20, 128 * KIB, 50, MIB),
@@ -68,6 +82,31 @@ PERSONALITIES = {
     "webserver": Personality("webserver", 1_000, 20, 16 * KIB, 100, MIB),
     "oltp": Personality("oltp", OLTP_DATAFILES, 1024, OLTP_FILESIZE, OLTP_SHADOWS, OLTP_IOSIZE),
 }
+
+
+# What a run may write beyond the fileset, measured on 1 GiB loop devices (10 s runs, ext2/ext4/xfs/btrfs):
+FILEBENCH_LOG_RATE = 128 * MIB  # webserver appends to its log without bound: 90-100 MiB/s measured
+FILEBENCH_FILESERVER_GROWTH = 2.2  # fileserver's appends and xfs's speculative preallocation: 541 MiB for 256
+FS_OVERHEAD = 64 * MIB  # the largest journal or log (xfs: 64 MiB at 1 GiB); btrfs duplicates its metadata
+FS_USABLE = 0.85  # of the device, after btrfs's duplicated metadata and ext4's reserved blocks
+
+
+def space_needed(p: Personality, engine: str, runtime_s: float) -> int:
+    """The bytes a run of ``p`` may occupy on the file system: the fileset and what the run adds."""
+    if engine == "fio":
+        if p.name == "webserver":
+            return p.fileset_bytes + WEBLOG_BYTES * max(1, min(p.nthreads, FIO_MAX_THREADS) // 10)
+        return p.fileset_bytes + (p.fileset_bytes // APPEND_SHARE if p.name == "fileserver" else 0)
+    if p.name == "webserver":
+        return p.fileset_bytes + int(runtime_s * FILEBENCH_LOG_RATE)
+    if p.name == "fileserver":
+        return int(p.fileset_bytes * FILEBENCH_FILESERVER_GROWTH)
+    return p.fileset_bytes
+
+
+def device_bytes_needed(p: Personality, engine: str, runtime_s: float) -> int:
+    """The smallest device on which every file system of the space holds a run of ``p``."""
+    return int((space_needed(p, engine, runtime_s) + FS_OVERHEAD) / FS_USABLE)
 
 
 def personality(name: str, fileset_bytes: int) -> Personality:
@@ -78,22 +117,25 @@ def personality(name: str, fileset_bytes: int) -> Personality:
 
 
 # --- fio -------------------------------------------------------------------------------------------
-def fio_job(p: Personality, directory: str, runtime_s: float, seed: int) -> str:
-    """An fio job file approximating the personality (see the module docstring)."""
+def fio_job(p: Personality, directory: str, runtime_s: float) -> str:
+    """An fio job file approximating the personality (see the module docstring). Every run draws the same
+    file sizes and offsets (randrepeat=1; fio 3.33 then ignores randseed): common random numbers, so that
+    configurations and repeats differ by the system alone, not by a different draw of the workload."""
     head = [
         "[global]", f"directory={directory}", "ioengine=psync", "thread", "time_based", f"runtime={runtime_s:g}s",
-        f"randseed={seed}", "group_reporting", "",
+        "randrepeat=1", "group_reporting", "",
     ]
     low, high = max(4 * KIB, p.filesize // 2), p.filesize * 3 // 2
     block = max(4 * KIB, low // (4 * KIB) * 4 * KIB)  # fio refuses blocks larger than a file
     if p.name == "fileserver":
         threads = min(p.nthreads, FIO_MAX_THREADS)
         per_job = max(1, p.nfiles // threads)
+        appenders = max(1, threads // 5)
         jobs = [
             _section("wholefile", rw="rw", rwmixread=50, bs=min(p.iosize, block), nrfiles=per_job,
                      filesize=f"{low}-{high}", file_service_type="random", numjobs=threads),
-            _section("append", rw="write", bs=p.meanappendsize, size=f"{APPEND_BYTES}", file_append=1,
-                     nrfiles=max(1, per_job // 4), file_service_type="random", numjobs=max(1, threads // 5)),
+            _section("append", rw="write", bs=p.meanappendsize, size=append_bytes(p, appenders), file_append=1,
+                     fallocate="none", nrfiles=max(1, per_job // 4), file_service_type="random", numjobs=appenders),
         ]
     elif p.name == "varmail":
         jobs = [_section("mail", rw="randrw", rwmixread=50, bs=min(p.meanappendsize, block),
@@ -104,8 +146,8 @@ def fio_job(p: Personality, directory: str, runtime_s: float, seed: int) -> str:
         jobs = [
             _section("pages", rw="randread", bs=block, nrfiles=max(1, p.nfiles // threads),
                      filesize=f"{low}-{high}", file_service_type="random", numjobs=threads),
-            _section("log", rw="write", bs=p.meanappendsize, filename="weblog", size=f"{APPEND_BYTES}",
-                     file_append=1, numjobs=max(1, threads // 10)),
+            _section("log", rw="write", bs=p.meanappendsize, filename="weblog", size=WEBLOG_BYTES,
+                     file_append=1, fallocate="none", numjobs=max(1, threads // 10)),
         ]
     elif p.name == "oltp":
         data = ":".join(f"datafile{i}" for i in range(OLTP_DATAFILES))
@@ -122,6 +164,12 @@ def fio_job(p: Personality, directory: str, runtime_s: float, seed: int) -> str:
     return "\n".join(head + [line for job in jobs for line in job])
 
 
+def append_bytes(p: Personality, jobs: int) -> int:
+    """What each of ``jobs`` appending fio jobs may add: together a quarter of the fileset, in whole
+    appends. Without fallocate, so that an append allocates as Filebench's appendfilerand does."""
+    return max(p.meanappendsize, p.fileset_bytes // APPEND_SHARE // jobs // p.meanappendsize * p.meanappendsize)
+
+
 def _section(name: str, **options: object) -> list[str]:
     return [f"[{name}]", *(f"{k}={v}" for k, v in options.items()), ""]
 
@@ -135,7 +183,10 @@ def filebench_wml(p: Personality, directory: str, runtime_s: float) -> str:
         f"set $nthreads={p.nthreads}\nset $iosize={p.iosize}\nset $meanappendsize={p.meanappendsize}\n"
     )
     body = _WML[p.name]
-    return f"{common}{body}\nrun {int(runtime_s)}\n"
+    # the fileset is laid out, written back and dropped from the page cache before the timed run (as fio's
+    # create_only pass and settle() do): `run` then finds the files created and starts the threads
+    settle = 'create files\nsystem "sync"\nsystem "echo 3 > /proc/sys/vm/drop_caches"\n'
+    return f"{common}{body}\n{settle}run {int(runtime_s)}\n"
 
 
 _WML = {

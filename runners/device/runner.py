@@ -16,14 +16,16 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from runners.base import LOOP_SLOT, Direction, Measurement, RunnerBase, Status, Workload, device_resource
 from runners.device.engines import EngineOutputError, engine_env, engine_version, run_filebench, run_fio
 from runners.device.filesystems import MKFS, build
-from runners.device.personalities import MIB, personality
+from runners.device.personalities import MIB, device_bytes_needed, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
 from runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
 from runners.device.target import (
@@ -42,8 +44,16 @@ from runners.settings import DeviceSettings
 from search_spaces import Config, load_space
 
 logger = logging.getLogger(__name__)
+# The measurement protocol, recorded with every measurement and in a sweep's manifest; measurements of
+# different protocols are not mixed. 1: the files laid out inside the timed run, no warm-up, fio's
+# appenders preallocating 64 MiB each (datasets/loop-storage-v2). 2: the files laid out, written back and
+# dropped from the page cache before the timed run; one discarded warm-up run per runner; fio's appends
+# bounded and not preallocated, and the same draw of the workload for every run (README, "The
+# measurement protocol").
+PROTOCOL = 2
 SETUP_TIMEOUT_S = 300  # mkfs, mount and fio's file layout on a slow disk
 ASLR = Path("/proc/sys/kernel/randomize_va_space")
+VM = Path("/proc/sys/vm")
 
 
 class DeviceRunner(RunnerBase):
@@ -62,22 +72,41 @@ class DeviceRunner(RunnerBase):
         self.timeout_s = settings.timeout_s or runtime_s * 3 + SETUP_TIMEOUT_S
         self.device_arg, self.allow, self.loop_dir = device, list(settings.allow_device), Path(settings.loop_dir)
         self.loop_size_mib, self.fileset_mib, self.dry_run = settings.loop_size_mib, fileset_mib, dry_run
+        self.dirty_limit_mib = settings.dirty_limit_mib
         self.log = SetupLog(dry_run=dry_run)
         self.shell: Shell = DryRunShell(echo) if dry_run else Shell(self.log)
         self._target: Target | None = None
         self.workdir = self.loop_dir / f"run-{os.getpid()}"  # job files, reports and the mount point
         self._workdir_entry: int | None = None
+        self._check_room(device, self.loop_size_mib * MIB if device == "loop" else None)
         if not dry_run:
             self._check_prerequisites()
             reap_and_say(self.shell)
             atexit.register(self.close)
             self.target()  # set the device up now: its errors come before a campaign writes anything
+            if device != "loop":
+                self._check_room(device, self.target().describe().get("device_size_bytes"))
         self.workload = Workload(engine, workload, {
             "runtime_s": runtime_s, "fileset_mib": fileset_mib, "nfiles": self.personality.nfiles,
-            "nthreads": self.personality.nthreads, "filesize": self.personality.filesize,
+            "nthreads": self.personality.nthreads, "filesize": self.personality.filesize, "protocol": PROTOCOL,
         })
+        self._warmups = 0 if dry_run else settings.warmup_runs
         self.device = "loop" if device == "loop" else device
         self._versions: dict[str, Any] | None = None
+
+    def _check_room(self, device: str, size: int | None) -> None:
+        """A run that would fill the file system is refused before anything is measured (Filebench
+        then fails with a short write, fio with ENOSPC, after minutes of a sweep)."""
+        need = device_bytes_needed(self.personality, self.engine, self.runtime_s)
+        if size is None or size >= need:
+            return
+        what = f"{self.engine}'s {self.personality.name} with a {self.personality.fileset_bytes >> 20} MiB fileset"
+        if self.engine == "filebench" and self.personality.name == "webserver":
+            what += f" appends to its log without bound (about 100 MiB/s), so a {self.runtime_s:g} s run"
+        fix = f"--loop-size-mib {-(-need // MIB)}" if device == "loop" else "a larger device"
+        raise DeviceError(f"{what} needs a device of at least {-(-need // MIB)} MiB to fit every file system "
+                          f"(metadata and journals included); {device} has {size // MIB} MiB: use {fix} or a "
+                          "smaller --fileset-mib")
 
     def _check_prerequisites(self) -> None:
         """Missing tools and privileges fail here, before a campaign writes anything."""
@@ -101,11 +130,25 @@ class DeviceRunner(RunnerBase):
 
     # --- one measurement --------------------------------------------------------------------------
     def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+        """One measurement; a runner's first is preceded by its warm-up runs of the same configuration,
+        measured and discarded (a configuration the warm-up finds invalid or failing is that result,
+        and the next configuration warms up instead)."""
+        warmups = []
+        while self._warmups:
+            warm = self._measure_once(config, seed=seed)
+            if warm.status is not Status.SUCCEEDED:
+                return warm
+            self._warmups -= 1
+            warmups.append(round(warm.metrics.get("ops_per_s", float("nan")), 1))
+        m = self._measure_once(config, seed=seed)
+        return replace(m, env={**m.env, "warmup_ops_per_s": warmups}) if warmups else m
+
+    def _measure_once(self, config: Config, *, seed: int) -> Measurement:
         target = self.target()
         plan = build(config)
         env = {**self.environment(), **target.describe(), **engine_env(self.personality, self.engine),
                "mkfs": " ".join(plan.mkfs), "mount_options": ",".join(plan.mount_options), "seed": seed,
-               "runtime_s": self.runtime_s}
+               "runtime_s": self.runtime_s, "protocol": PROTOCOL}
         if config.get("journal_mode") == "journal":
             env["note"] = "data=journal turns O_DIRECT into buffered I/O"
         workdir = self.workdir
@@ -154,17 +197,35 @@ class DeviceRunner(RunnerBase):
             timings["teardown"] = round(time.monotonic() - teardown_started, 3)
 
     def _benchmark(self, mountpoint: str, workdir: Path, seed: int) -> dict[str, float]:
-        if self.engine == "fio":
-            return run_fio(self.shell, self.personality, mountpoint, workdir, self.runtime_s, seed, self.timeout_s)
-        # Filebench's worker processes share memory at fixed addresses: with address-space
-        # randomisation on, they hang after starting. Off for the run, restored after (or reaped).
-        original = self.shell.read(ASLR)
-        entry = self.log.record("sysfs", path=str(ASLR), original=original)
-        try:
-            self.shell.write(ASLR, "0")
+        with ExitStack() as host:
+            if self.dirty_limit_mib:
+                # With the kernel's defaults (10% and 20% of memory) a 10 s run's writes mostly stay in the page
+                # cache; limited, they reach the device during the run. Off by default: interleaved with the
+                # default, it did not lower the repeat noise (README, "The measurement protocol").
+                for kind, limit in (("dirty_background", self.dirty_limit_mib // 4), ("dirty", self.dirty_limit_mib)):
+                    in_force = VM / f"{kind}_bytes"
+                    if self.shell.read(in_force) in ("", "0"):
+                        in_force = VM / f"{kind}_ratio"  # writing *_bytes zeroes it; writing it back restores it
+                    host.enter_context(self._host_setting(VM / f"{kind}_bytes", str(max(1, limit) * MIB), in_force))
+            if self.engine == "fio":
+                return run_fio(self.shell, self.personality, mountpoint, workdir, self.runtime_s, seed, self.timeout_s)
+            # Filebench's worker processes share memory at fixed addresses: with address-space
+            # randomisation on, they hang after starting.
+            host.enter_context(self._host_setting(ASLR, "0"))
             return run_filebench(self.shell, self.personality, mountpoint, workdir, self.runtime_s, self.timeout_s)
+
+    @contextmanager
+    def _host_setting(self, path: Path, value: str, restore: Path | None = None) -> Iterator[None]:
+        """A host-wide setting for one run: ``restore`` (default ``path``) is recorded first, so that the
+        reaper puts it back after a SIGKILL, and is put back after the run."""
+        restore = restore or path
+        original = self.shell.read(restore)
+        entry = self.log.record("sysfs", path=str(restore), original=original)
+        try:
+            self.shell.write(path, value)
+            yield
         finally:
-            self.shell.write(ASLR, original)
+            self.shell.write(restore, original)
             self.log.done(entry)
 
     def _refused(self, reason: str, env: dict[str, Any], started: float) -> Measurement:

@@ -1,0 +1,160 @@
+"""Benchmark: does fio (StoreTune's default engine) rank storage configurations as real Filebench does?
+
+    sudo .venv/bin/python bench/engine_fidelity.py --configs 12 --workloads varmail,fileserver,webserver,oltp
+
+Needs the real `filebench` on PATH (no package registry has it; build 1.5-alpha3 from source). The same
+storage_v2 configurations are measured with both engines, interleaved (fio, Filebench, fio, Filebench:
+host drift hits both alike), --repeats times per engine in each of --passes passes. Printed per
+workload, for each engine against the other (the peer is Filebench):
+- Spearman's rho and Kendall's tau between the engines' rankings (means over every pass), with n;
+- whether the best configuration is the same, and how many of the top 3 are shared;
+- each engine's repeat noise (median CV over configurations, within a pass);
+- each engine's agreement with itself, pass against pass (Spearman): the ceiling any cross-engine
+  figure can reach.
+Targets (issue 16): self-agreement >= 0.9 for each engine; fio against Filebench >= 0.9 with the same
+best configuration. Raw measurements go to --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runners import Status, make_runner  # noqa: E402
+from runners.device.personalities import MIB, device_bytes_needed, personality  # noqa: E402
+from search_spaces import load_space  # noqa: E402
+from tuner.grid import GridSearch  # noqa: E402
+
+ENGINES = ("fio", "filebench")
+
+
+def configurations(n: int, seed: int) -> list:
+    """n storage_v2 configurations, every file system x I/O scheduler pair before any twice (the sweep's grid)."""
+    space = load_space("storage_v2")
+    per = math.ceil(n / (len(space["fs"].domain()) * len(space["io_scheduler"].domain())))
+    return GridSearch(space, seed=seed, direction="max", params={"per_stratum": max(1, per)}).grid
+
+
+def loop_size_mib(workload: str, fileset_mib: int, runtime_s: float) -> int:
+    """One device size for both engines: the larger need, at least 1 GiB, in whole 256 MiB."""
+    need = max(device_bytes_needed(personality(workload, fileset_mib * MIB), e, runtime_s) for e in ENGINES)
+    return max(1024, -(-need // (256 * MIB)) * 256)
+
+
+def measure(workload: str, args: argparse.Namespace) -> dict:
+    size = loop_size_mib(workload, args.fileset_mib, args.runtime)
+    runners = {e: make_runner("device", workload=workload, engine=e, runtime_s=args.runtime, loop_dir=args.loop_dir,
+                              loop_size_mib=size, fileset_mib=args.fileset_mib) for e in ENGINES}
+    pool = configurations(args.configs * 2, args.seed)  # spares for configurations mkfs refuses
+    chosen: list = []
+    values: dict[str, list[list[list[float]]]] = {e: [] for e in ENGINES}  # engine -> config -> pass -> repeats
+
+    def run(config, p: int) -> tuple[dict[str, list[float]], str | None]:
+        row: dict[str, list[float]] = {e: [] for e in ENGINES}
+        for r in range(args.repeats):
+            for e in ENGINES:  # interleaved: A B A B
+                m = runners[e].run(config, runners[e].workload, seed=1000 * p + r)
+                if m.status is not Status.SUCCEEDED:
+                    return row, f"{e}: {m.status.value} {m.reason}"
+                row[e].append(m.metrics["ops_per_s"])
+        return row, None
+
+    try:
+        for p in range(args.passes):
+            for config in (pool if p == 0 else list(chosen)):
+                if p == 0 and len(chosen) >= args.configs:
+                    break
+                row, failed = run(config, p)
+                if failed and p == 0:
+                    print(f"  {workload}: dropped {dict(config)} ({failed[:160]})", flush=True)
+                    continue
+                if failed:
+                    sys.exit(f"{workload}: a configuration that ran in pass 1 failed in pass {p + 1}: {failed}")
+                if p == 0:
+                    chosen.append(config)
+                    for e in ENGINES:
+                        values[e].append([])
+                i = chosen.index(config)
+                for e in ENGINES:
+                    values[e][i].append(row[e])
+                print(f"  {workload} pass {p + 1} config {i + 1}: "
+                      + ", ".join(f"{e} {np.mean(row[e]):.0f}" for e in ENGINES), flush=True)
+    finally:
+        for runner in runners.values():
+            runner.close()
+    return {"loop_size_mib": size, "configs": [dict(c) for c in chosen],
+            "ops_per_s": values}
+
+
+def summarise(workload: str, data: dict) -> dict:
+    ops = {e: np.array(data["ops_per_s"][e], dtype=float) for e in ENGINES}  # (config, pass, repeat)
+    means = {e: ops[e].mean(axis=(1, 2)) for e in ENGINES}
+    n = len(means["fio"])
+    rho = stats.spearmanr(means["fio"], means["filebench"]).statistic
+    tau = stats.kendalltau(means["fio"], means["filebench"]).statistic
+    top = {e: list(np.argsort(-means[e])[:3]) for e in ENGINES}
+    noise = {e: float(np.median(ops[e].std(axis=2, ddof=1) / ops[e].mean(axis=2))) if ops[e].shape[2] > 1
+             else float("nan") for e in ENGINES}
+    self_rho = {e: (stats.spearmanr(ops[e][:, 0].mean(axis=1), ops[e][:, 1].mean(axis=1)).statistic
+                    if ops[e].shape[1] > 1 else float("nan")) for e in ENGINES}
+    return {"workload": workload, "n": n, "spearman": float(rho), "kendall": float(tau),
+            "same_best": bool(top["fio"][0] == top["filebench"][0]),
+            "top3_shared": len(set(top["fio"]) & set(top["filebench"])), "repeat_cv": noise,
+            "self_spearman": {e: float(v) for e, v in self_rho.items()},
+            "ops_ratio_fio_over_filebench": float(statistics.median(means["fio"] / means["filebench"]))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=int, default=12)
+    parser.add_argument("--workloads", default="varmail,fileserver,webserver,oltp")
+    parser.add_argument("--runtime", type=float, default=10.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--fileset-mib", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loop-dir", default="/var/tmp/storetune-fidelity")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "engine_fidelity.json")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/engine_fidelity.py needs root (loop devices, mkfs, mount)")
+    if shutil.which("filebench") is None:
+        sys.exit("filebench is not on PATH: build Filebench 1.5-alpha3 from source (no package registry has it)")
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    started = time.time()
+    print(f"# {args.configs} storage_v2 configurations x {len(workloads)} workloads, {args.runtime:g} s runs, "
+          f"{args.repeats} repeats per engine x {args.passes} passes, interleaved; load before: {os.getloadavg()[0]:.2f}")
+    results, raw = [], {}
+    for workload in workloads:
+        raw[workload] = measure(workload, args)
+        results.append(summarise(workload, raw[workload]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "summary": results,
+                                    "raw": raw}, indent=1, default=str) + "\n")
+    print(f"\n== fio against Filebench (the peer), {(time.time() - started) / 60:.0f} min")
+    print(f"{'workload':<11}{'n':>3}{'rho':>7}{'tau':>7}{'best':>6}{'top3':>6}{'CV fio':>8}{'CV fb':>7}"
+          f"{'self fio':>10}{'self fb':>9}{'fio/fb ops':>12}")
+    for r in results:
+        print(f"{r['workload']:<11}{r['n']:>3}{r['spearman']:>7.2f}{r['kendall']:>7.2f}"
+              f"{'same' if r['same_best'] else 'diff':>6}{r['top3_shared']:>4}/3{100 * r['repeat_cv']['fio']:>7.1f}%"
+              f"{100 * r['repeat_cv']['filebench']:>6.1f}%{r['self_spearman']['fio']:>10.2f}"
+              f"{r['self_spearman']['filebench']:>9.2f}{r['ops_ratio_fio_over_filebench']:>12.2f}")
+    print("targets: self >= 0.90 for each engine; rho >= 0.90 with the same best configuration")
+    print(f"raw measurements: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
