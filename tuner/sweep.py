@@ -35,7 +35,8 @@ METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_m
            "write_lat_p99_us")
 DIRECTIONS = {m: ("min" if "lat" in m else "max") for m in METRICS}
 MEASUREMENTS = "measurements.csv"
-LEGACY_SETTINGS = {"protocol": 1, "warmup_runs": 0, "dirty_limit_mib": 0}  # what a manifest written before these settings measured with
+# what a manifest written before these settings existed measured with
+LEGACY_SETTINGS = {"protocol": 1, "warmup_runs": 0, "dirty_limit_mib": 0}
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ def undo_order(items: list[T], path_of: Callable[[T], str | None]) -> list[T]:
     """Last done, first undone; but a queue's scheduler is restored before the queue's other
     settings, because writing a scheduler resets nr_requests to that scheduler's default."""
     order = list(reversed(items))
-    for i, item in enumerate(list(order)):
+    for item in list(order):
         path = path_of(item)
         if path is None or Path(path).name != "scheduler":
             continue
