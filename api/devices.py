@@ -135,3 +135,8 @@ def sweep(
         if state.get("progress"):
             state["progress"].__exit__(None, None, None)
     console.print(f"dataset: {manifest.parent / 'measurements.csv'}  manifest: {manifest}")
+    for workload, n in json.loads(manifest.read_text()).get("noise", {}).items():
+        if n["configurations"]:
+            console.print(f"{workload}: ops/s of {n['configurations']} configurations measured twice or more: "
+                          f"median CV {n['median_cv']:.1%} (90th percentile {n['p90_cv']:.1%}), "
+                          f"repeat 0 against repeat 1 Spearman {n['repeat_spearman']}")

@@ -77,6 +77,24 @@ class Table:
                 out[c] = float(measured.mean())
         return out
 
+    def noise(self, metric: str) -> dict[str, Any]:
+        """How much ``metric`` moves between repeats of one configuration: the median and 90th percentile
+        of the coefficient of variation (sample standard deviation over mean) over the configurations
+        measured at least twice, and Spearman's rho between the first two repeats, the ranking's agreement
+        with itself (what any ranking drawn from this table can reach)."""
+        from scipy.stats import spearmanr
+
+        j = list(self.metrics).index(metric)
+        runs = [rows[:, j][np.isfinite(rows[:, j])] for rows in self.repeats.values()]
+        runs = [r for r in runs if len(r) >= 2 and r.mean() != 0]
+        if not runs:
+            return {"metric": metric, "configurations": 0}
+        cvs = np.array([r.std(ddof=1) / abs(r.mean()) for r in runs])
+        rho = spearmanr([r[0] for r in runs], [r[1] for r in runs]).statistic if len(runs) >= 3 else float("nan")
+        return {"metric": metric, "configurations": len(runs), "median_cv": round(float(np.median(cvs)), 4),
+                "p90_cv": round(float(np.quantile(cvs, 0.9)), 4),
+                "repeat_spearman": round(float(rho), 3) if np.isfinite(rho) else None}
+
     @property
     def workload(self) -> Workload:
         """Named by the pinned ``workload`` column where the table has one (a sweep's), else by the table."""

@@ -39,6 +39,8 @@ def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatc
             assert "refused:" in line and "Usage" not in line
     assert manifest["where"]["loop_direct_io"] is True and manifest["where"]["tools"]["fio_version"]
     assert manifest["measured_wall_time_s"] > 0 and manifest["how"]["engine"] == "fio"
+    noise = manifest["noise"]["varmail"]  # from the file, so it matches what a user of the dataset reads
+    assert noise["configurations"] == manifest["valid_configurations"] and 0 < noise["median_cv"] < 1
     header = (tmp_path / "ds" / "measurements.csv").read_text().splitlines()[0].split(",")
     assert header[:2] == ["workload", "fs"] and "repeat" in header and header[-1] == "write_lat_p99_us"
 

@@ -39,6 +39,18 @@ def test_repeats_are_grouped_and_their_mean_is_the_ground_truth():
     assert means[config] == pytest.approx(float(np.mean(table.repeats[config][:, 0])))
 
 
+def test_repeat_noise_is_the_coefficient_of_variation_and_the_ranking_against_itself(tmp_path: Path):
+    rows = ["x,repeat,ops"] + [f"{x},{r},{v}" for x, vs in enumerate([(100, 110), (200, 180), (300, 330), (50, 50)])
+                               for r, v in enumerate(vs)] + ["9,0,70"]  # measured once: no spread to read
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "long", "metrics": {"ops": "max"}}))
+    write(tmp_path / "measurements.csv", "\n".join(rows))
+    noise = load_table(tmp_path).noise("ops")
+    cvs = sorted([np.std(v, ddof=1) / np.mean(v) for v in [(100, 110), (200, 180), (300, 330), (50, 50)]])
+    assert noise["configurations"] == 4 and noise["median_cv"] == pytest.approx(np.median(cvs), abs=1e-4)
+    assert noise["p90_cv"] == pytest.approx(np.quantile(cvs, 0.9), abs=1e-4) and noise["repeat_spearman"] == 1.0
+    assert load_table(shared("moot_configs/BDBC.csv")).noise("PERF") == {"metric": "PERF", "configurations": 0}
+
+
 def test_optional_one_hot_group_gets_a_none_value():
     table = load_table(shared("moot_configs/SQL_AllMeasurements.csv"))
     assert table.space["sQLITE_TEMP_STORE"].values == ("zero", "one", "two", "three", "none")

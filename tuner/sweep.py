@@ -246,6 +246,10 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
     })
     path = spec.out / "manifest.json"
     _save(path, manifest)
+    # repeat noise of each workload's objective, read back from the dataset as a user of it reads it
+    manifest["noise"] = {w: load_table(spec.out, context={"workload": w}).noise("ops_per_s")
+                         for w in manifest["campaigns"]}
+    _save(path, manifest)
     return path
 
 
