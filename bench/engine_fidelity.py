@@ -10,14 +10,18 @@ workload, for each engine against the other (the peer is Filebench):
 - whether the best configuration is the same, and how many of the top 3 are shared;
 - each engine's repeat noise (median CV over configurations, within a pass);
 - each engine's agreement with itself, pass against pass (Spearman): the ceiling any cross-engine
-  figure can reach.
+  figure can reach;
+- each engine's share of variance between configurations (the intraclass correlation ICC(1) of a one-way
+  analysis of variance over every run): near 1, the configurations differ far beyond the noise and a
+  ranking means something; near 0, they differ by less than the noise and no engine can rank them.
 Targets (issue 16): self-agreement >= 0.9 for each engine; fio against Filebench >= 0.9 with the same
-best configuration. Raw measurements go to --out as JSON.
+best configuration. Raw measurements go to --out as JSON; --from prints the figures of a saved run again.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -42,10 +46,16 @@ ENGINES = ("fio", "filebench")
 
 
 def configurations(n: int, seed: int) -> list:
-    """n storage_v2 configurations, every file system x I/O scheduler pair before any twice (the sweep's grid)."""
+    """At least n storage_v2 configurations from the sweep's grid (every file system x I/O scheduler pair
+    before any twice), dealt round-robin over the file systems: the grid lists a file system's pairs
+    together, so its first six were all ext2 and ext3, whose differences are mostly inside the noise."""
     space = load_space("storage_v2")
     per = math.ceil(n / (len(space["fs"].domain()) * len(space["io_scheduler"].domain())))
-    return GridSearch(space, seed=seed, direction="max", params={"per_stratum": max(1, per)}).grid
+    grid = GridSearch(space, seed=seed, direction="max", params={"per_stratum": max(1, per)}).grid
+    by_fs: dict = {}
+    for config in grid:
+        by_fs.setdefault(config["fs"], []).append(config)
+    return [c for group in itertools.zip_longest(*by_fs.values()) for c in group if c is not None]
 
 
 def loop_size_mib(workload: str, fileset_mib: int, runtime_s: float) -> int:
@@ -81,8 +91,14 @@ def measure(workload: str, args: argparse.Namespace) -> dict:
                 if failed and p == 0:
                     print(f"  {workload}: dropped {dict(config)} ({failed[:160]})", flush=True)
                     continue
-                if failed:
-                    sys.exit(f"{workload}: a configuration that ran in pass 1 failed in pass {p + 1}: {failed}")
+                if failed:  # intermittent (Filebench's fileserver on xfs, README): said, and left out of every figure
+                    print(f"  {workload}: dropped {dict(config)}, which failed in pass {p + 1} ({failed[:300]})",
+                          flush=True)
+                    i = chosen.index(config)
+                    del chosen[i]
+                    for e in ENGINES:
+                        del values[e][i]
+                    continue
                 if p == 0:
                     chosen.append(config)
                     for e in ENGINES:
@@ -110,11 +126,38 @@ def summarise(workload: str, data: dict) -> dict:
              else float("nan") for e in ENGINES}
     self_rho = {e: (stats.spearmanr(ops[e][:, 0].mean(axis=1), ops[e][:, 1].mean(axis=1)).statistic
                     if ops[e].shape[1] > 1 else float("nan")) for e in ENGINES}
-    return {"workload": workload, "n": n, "spearman": float(rho), "kendall": float(tau),
+    return {"workload": workload, "n": n, "spearman": float(rho), "kendall": float(tau), "icc": icc(ops),
             "same_best": bool(top["fio"][0] == top["filebench"][0]),
             "top3_shared": len(set(top["fio"]) & set(top["filebench"])), "repeat_cv": noise,
             "self_spearman": {e: float(v) for e, v in self_rho.items()},
             "ops_ratio_fio_over_filebench": float(statistics.median(means["fio"] / means["filebench"]))}
+
+
+def icc(ops: dict[str, np.ndarray]) -> dict[str, float]:
+    """Per engine, ICC(1): the share of the runs' variance that lies between configurations, from the one-way
+    ANOVA mean squares (every pass and repeat of a configuration is one group). Hand-written: five lines
+    of arithmetic that no library here computes for a one-way design without reshaping into a frame."""
+    out = {}
+    for e, a in ops.items():
+        runs = a.reshape(a.shape[0], -1)
+        k, n = runs.shape[1], runs.shape[0]
+        msb = k * runs.mean(axis=1).var(ddof=1)
+        msw = runs.var(axis=1, ddof=1).mean()
+        out[e] = float((msb - msw) / (msb + (k - 1) * msw)) if n > 1 and k > 1 else float("nan")
+    return out
+
+
+def report(results: list[dict]) -> None:
+    print(f"{'workload':<11}{'n':>3}{'rho':>7}{'tau':>7}{'best':>6}{'top3':>6}{'CV fio':>8}{'CV fb':>7}"
+          f"{'self fio':>10}{'self fb':>9}{'ICC fio':>9}{'ICC fb':>8}{'fio/fb ops':>12}")
+    for r in results:
+        print(f"{r['workload']:<11}{r['n']:>3}{r['spearman']:>7.2f}{r['kendall']:>7.2f}"
+              f"{'same' if r['same_best'] else 'diff':>6}{r['top3_shared']:>4}/3{100 * r['repeat_cv']['fio']:>7.1f}%"
+              f"{100 * r['repeat_cv']['filebench']:>6.1f}%{r['self_spearman']['fio']:>10.2f}"
+              f"{r['self_spearman']['filebench']:>9.2f}{r['icc']['fio']:>9.2f}{r['icc']['filebench']:>8.2f}"
+              f"{r['ops_ratio_fio_over_filebench']:>12.2f}")
+    print("targets: self >= 0.90 for each engine; rho >= 0.90 with the same best configuration; "
+          "ICC: the share of variance between configurations (near 0: they differ by less than the noise)")
 
 
 def main() -> None:
@@ -128,7 +171,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loop-dir", default="/var/tmp/storetune-fidelity")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "engine_fidelity.json")
+    parser.add_argument("--from", dest="saved", type=Path, help="print the figures of a saved --out again")
     args = parser.parse_args()
+    if args.saved:
+        raw = json.loads(args.saved.read_text())["raw"]
+        report([summarise(w, data) for w, data in raw.items()])
+        return
     if os.geteuid() != 0:
         sys.exit("bench/engine_fidelity.py needs root (loop devices, mkfs, mount)")
     if shutil.which("filebench") is None:
@@ -136,23 +184,17 @@ def main() -> None:
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     started = time.time()
     print(f"# {args.configs} storage_v2 configurations x {len(workloads)} workloads, {args.runtime:g} s runs, "
-          f"{args.repeats} repeats per engine x {args.passes} passes, interleaved; load before: {os.getloadavg()[0]:.2f}")
+          f"{args.repeats} repeats per engine x {args.passes} passes, interleaved; "
+          f"load before: {os.getloadavg()[0]:.2f}")
     results, raw = [], {}
-    for workload in workloads:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for workload in workloads:  # saved after each workload: an interrupted run keeps what it measured
         raw[workload] = measure(workload, args)
         results.append(summarise(workload, raw[workload]))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "summary": results,
-                                    "raw": raw}, indent=1, default=str) + "\n")
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "summary": results,
+                                        "raw": raw}, indent=1, default=str) + "\n")
     print(f"\n== fio against Filebench (the peer), {(time.time() - started) / 60:.0f} min")
-    print(f"{'workload':<11}{'n':>3}{'rho':>7}{'tau':>7}{'best':>6}{'top3':>6}{'CV fio':>8}{'CV fb':>7}"
-          f"{'self fio':>10}{'self fb':>9}{'fio/fb ops':>12}")
-    for r in results:
-        print(f"{r['workload']:<11}{r['n']:>3}{r['spearman']:>7.2f}{r['kendall']:>7.2f}"
-              f"{'same' if r['same_best'] else 'diff':>6}{r['top3_shared']:>4}/3{100 * r['repeat_cv']['fio']:>7.1f}%"
-              f"{100 * r['repeat_cv']['filebench']:>6.1f}%{r['self_spearman']['fio']:>10.2f}"
-              f"{r['self_spearman']['filebench']:>9.2f}{r['ops_ratio_fio_over_filebench']:>12.2f}")
-    print("targets: self >= 0.90 for each engine; rho >= 0.90 with the same best configuration")
+    report(results)
     print(f"raw measurements: {args.out}")
 
 
