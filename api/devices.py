@@ -137,6 +137,7 @@ def sweep(
     console.print(f"dataset: {manifest.parent / 'measurements.csv'}  manifest: {manifest}")
     for workload, n in json.loads(manifest.read_text()).get("noise", {}).items():
         if n["configurations"]:
+            rho = "n/a" if n["repeat_spearman"] is None else n["repeat_spearman"]
             console.print(f"{workload}: ops/s of {n['configurations']} configurations measured twice or more: "
                           f"median CV {n['median_cv']:.1%} (90th percentile {n['p90_cv']:.1%}), "
-                          f"repeat 0 against repeat 1 Spearman {n['repeat_spearman']}")
+                          f"first repeat against second Spearman {rho}")

@@ -64,18 +64,22 @@ def loop_size_mib(workload: str, fileset_mib: int, runtime_s: float) -> int:
     return max(1024, -(-need // (256 * MIB)) * 256)
 
 
-def measure(workload: str, args: argparse.Namespace) -> dict:
+def measure(workload: str, args: argparse.Namespace, engines: tuple[str, ...] = ENGINES,
+            given: list | None = None) -> dict:
+    """Both engines (or ``engines``) on --configs configurations, or on the ``given`` ones."""
     size = loop_size_mib(workload, args.fileset_mib, args.runtime)
     runners = {e: make_runner("device", workload=workload, engine=e, runtime_s=args.runtime, loop_dir=args.loop_dir,
-                              loop_size_mib=size, fileset_mib=args.fileset_mib) for e in ENGINES}
-    pool = configurations(args.configs * 2, args.seed)  # spares for configurations mkfs refuses
+                              loop_size_mib=size, fileset_mib=args.fileset_mib) for e in engines}
+    space = runners[engines[0]].space
+    pool = [space.validate(c) for c in given] if given else configurations(args.configs * 2, args.seed)  # + spares
+    wanted = len(pool) if given else args.configs
     chosen: list = []
-    values: dict[str, list[list[list[float]]]] = {e: [] for e in ENGINES}  # engine -> config -> pass -> repeats
+    values: dict[str, list[list[list[float]]]] = {e: [] for e in engines}  # engine -> config -> pass -> repeats
 
     def run(config, p: int) -> tuple[dict[str, list[float]], str | None]:
-        row: dict[str, list[float]] = {e: [] for e in ENGINES}
+        row: dict[str, list[float]] = {e: [] for e in engines}
         for r in range(args.repeats):
-            for e in ENGINES:  # interleaved: A B A B
+            for e in engines:  # interleaved: A B A B
                 m = runners[e].run(config, runners[e].workload, seed=1000 * p + r)
                 if m.status is not Status.SUCCEEDED:
                     return row, f"{e}: {m.status.value} {m.reason}"
@@ -85,7 +89,7 @@ def measure(workload: str, args: argparse.Namespace) -> dict:
     try:
         for p in range(args.passes):
             for config in (pool if p == 0 else list(chosen)):
-                if p == 0 and len(chosen) >= args.configs:
+                if p == 0 and len(chosen) >= wanted:
                     break
                 row, failed = run(config, p)
                 if failed and p == 0:
@@ -96,18 +100,18 @@ def measure(workload: str, args: argparse.Namespace) -> dict:
                           flush=True)
                     i = chosen.index(config)
                     del chosen[i]
-                    for e in ENGINES:
+                    for e in engines:
                         del values[e][i]
                     continue
                 if p == 0:
                     chosen.append(config)
-                    for e in ENGINES:
+                    for e in engines:
                         values[e].append([])
                 i = chosen.index(config)
-                for e in ENGINES:
+                for e in engines:
                     values[e][i].append(row[e])
-                print(f"  {workload} pass {p + 1} config {i + 1}: "
-                      + ", ".join(f"{e} {np.mean(row[e]):.0f}" for e in ENGINES), flush=True)
+                print(f"  {workload} pass {p + 1} config {pool.index(config) + 1}: "  # numbered as drawn
+                      + ", ".join(f"{e} {np.mean(row[e]):.0f}" for e in engines), flush=True)
     finally:
         for runner in runners.values():
             runner.close()
@@ -115,10 +119,23 @@ def measure(workload: str, args: argparse.Namespace) -> dict:
             "ops_per_s": values}
 
 
+def against(workload: str, args: argparse.Namespace, earlier: dict) -> dict:
+    """fio alone on an earlier run's configurations of ``workload``, beside that run's Filebench measurements."""
+    if workload not in earlier:
+        sys.exit(f"--against: {args.against} has no {workload} (it has {', '.join(earlier)})")
+    old = earlier[workload]
+    data = measure(workload, args, engines=("fio",), given=old["configs"])
+    kept = [old["configs"].index(c) for c in data["configs"]]  # a configuration fio now fails is left out
+    data["ops_per_s"]["filebench"] = [old["ops_per_s"]["filebench"][i] for i in kept]
+    return data
+
+
 def summarise(workload: str, data: dict) -> dict:
+    n = len(data["configs"])
+    if n < 3:
+        return {"workload": workload, "n": n, "too_few": True}
     ops = {e: np.array(data["ops_per_s"][e], dtype=float) for e in ENGINES}  # (config, pass, repeat)
     means = {e: ops[e].mean(axis=(1, 2)) for e in ENGINES}
-    n = len(means["fio"])
     rho = stats.spearmanr(means["fio"], means["filebench"]).statistic
     tau = stats.kendalltau(means["fio"], means["filebench"]).statistic
     top = {e: list(np.argsort(-means[e])[:3]) for e in ENGINES}
@@ -141,9 +158,12 @@ def icc(ops: dict[str, np.ndarray]) -> dict[str, float]:
     for e, a in ops.items():
         runs = a.reshape(a.shape[0], -1)
         k, n = runs.shape[1], runs.shape[0]
+        if n < 2 or k < 2:  # one run per configuration: no noise to compare with
+            out[e] = float("nan")
+            continue
         msb = k * runs.mean(axis=1).var(ddof=1)
         msw = runs.var(axis=1, ddof=1).mean()
-        out[e] = float((msb - msw) / (msb + (k - 1) * msw)) if n > 1 and k > 1 else float("nan")
+        out[e] = float((msb - msw) / (msb + (k - 1) * msw))
     return out
 
 
@@ -151,6 +171,9 @@ def report(results: list[dict]) -> None:
     print(f"{'workload':<11}{'n':>3}{'rho':>7}{'tau':>7}{'best':>6}{'top3':>6}{'CV fio':>8}{'CV fb':>7}"
           f"{'self fio':>10}{'self fb':>9}{'ICC fio':>9}{'ICC fb':>8}{'fio/fb ops':>12}")
     for r in results:
+        if r.get("too_few"):
+            print(f"{r['workload']:<11}{r['n']:>3}  too few configurations measured to rank")
+            continue
         print(f"{r['workload']:<11}{r['n']:>3}{r['spearman']:>7.2f}{r['kendall']:>7.2f}"
               f"{'same' if r['same_best'] else 'diff':>6}{r['top3_shared']:>4}/3{100 * r['repeat_cv']['fio']:>7.1f}%"
               f"{100 * r['repeat_cv']['filebench']:>6.1f}%{r['self_spearman']['fio']:>10.2f}"
@@ -172,6 +195,8 @@ def main() -> None:
     parser.add_argument("--loop-dir", default="/var/tmp/storetune-fidelity")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "engine_fidelity.json")
     parser.add_argument("--from", dest="saved", type=Path, help="print the figures of a saved --out again")
+    parser.add_argument("--against", type=Path, help="measure fio alone on a saved --out's configurations and "
+                        "compare it with that run's Filebench measurements (to try a change to a fio job file)")
     args = parser.parse_args()
     if args.saved:
         raw = json.loads(args.saved.read_text())["raw"]
@@ -188,11 +213,15 @@ def main() -> None:
           f"load before: {os.getloadavg()[0]:.2f}")
     results, raw = [], {}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for workload in workloads:  # saved after each workload: an interrupted run keeps what it measured
-        raw[workload] = measure(workload, args)
+    earlier = json.loads(args.against.read_text())["raw"] if args.against else {}
+    for workload in workloads:  # saved after each workload: an interrupted run keeps the workloads it finished
+        if args.against:
+            raw[workload] = against(workload, args, earlier)
+        else:
+            raw[workload] = measure(workload, args)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "raw": raw},
+                                       indent=1, default=str) + "\n")
         results.append(summarise(workload, raw[workload]))
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "summary": results,
-                                        "raw": raw}, indent=1, default=str) + "\n")
     print(f"\n== fio against Filebench (the peer), {(time.time() - started) / 60:.0f} min")
     report(results)
     print(f"raw measurements: {args.out}")

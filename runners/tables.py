@@ -80,8 +80,9 @@ class Table:
     def noise(self, metric: str) -> dict[str, Any]:
         """How much ``metric`` moves between repeats of one configuration: the median and 90th percentile
         of the coefficient of variation (sample standard deviation over mean) over the configurations
-        measured at least twice, and Spearman's rho between the first two repeats, the ranking's agreement
-        with itself (what any ranking drawn from this table can reach)."""
+        measured at least twice, and Spearman's rho between each configuration's first two measured repeats
+        (in file order: a failed repeat is skipped), the ranking's agreement with itself (what any ranking
+        drawn from this table can reach); None under three configurations."""
         from scipy.stats import spearmanr
 
         j = list(self.metrics).index(metric)
