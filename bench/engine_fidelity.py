@@ -16,6 +16,12 @@ workload, for each engine against the other (the peer is Filebench):
   ranking means something; near 0, they differ by less than the noise and no engine can rank them.
 Targets (issue 16): self-agreement >= 0.9 for each engine; fio against Filebench >= 0.9 with the same
 best configuration. Raw measurements go to --out as JSON; --from prints the figures of a saved run again.
+
+    .venv/bin/python bench/engine_fidelity.py --datasets datasets/loop-storage-v3 datasets/loop-storage-v2-filebench
+
+compares two committed sweeps instead (fio's, then Filebench's; no root, no Filebench): the configurations
+both measured, each repeat of a sweep standing for a pass (a sweep runs a configuration's repeats back to
+back, and the two sweeps ran hours apart, not interleaved), and the sweeps' settings that differ, said.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runners import Status, make_runner  # noqa: E402
+from runners.tables import load_table  # noqa: E402
 from runners.device.personalities import MIB, device_bytes_needed, personality  # noqa: E402
 from search_spaces import load_space  # noqa: E402
 from tuner.grid import GridSearch  # noqa: E402
@@ -130,6 +137,40 @@ def against(workload: str, args: argparse.Namespace, earlier: dict) -> dict:
     return data
 
 
+def from_datasets(fio_dir: Path, filebench_dir: Path, workloads: list[str]) -> dict:
+    """Two sweeps' measurements of the configurations both hold, as a run of this benchmark: repeat i of
+    a sweep is pass i (a pass of one run), the first as many repeats as both sweeps have for every one."""
+    manifests = {e: json.loads((d / "manifest.json").read_text()) for e, d in zip(ENGINES, (fio_dir, filebench_dir))}
+    engines = {e: m["settings"].get("engine") for e, m in manifests.items()}
+    if engines != {e: e for e in ENGINES}:
+        sys.exit(f"--datasets wants a fio sweep, then a Filebench sweep; these were measured with {engines}")
+    own = ("engine", "jobs", "workloads", "per_stratum", "repeats")  # a sweep's own, not the conditions
+    settings = {e: {k: v for k, v in m["settings"].items() if k not in own} for e, m in manifests.items()}
+    for key in sorted(set(settings["fio"]) | set(settings["filebench"])):
+        if settings["fio"].get(key) != settings["filebench"].get(key):
+            print(f"  note: the sweeps differ in {key}: fio {settings['fio'].get(key)}, "
+                  f"Filebench {settings['filebench'].get(key)}")
+    both = [w for w in workloads if all(w in m["settings"]["workloads"] for m in manifests.values())]
+    if len(both) < len(workloads):
+        print(f"  note: only {', '.join(both) or 'no workload'} of {', '.join(workloads)} measured by both sweeps")
+    raw = {}
+    for workload in both:
+        tables = {e: load_table(d, context={"workload": workload}) for e, d in zip(ENGINES, (fio_dir, filebench_dir))}
+        runs = {e: {c: r[:, list(t.metrics).index("ops_per_s")] for c, r in t.repeats.items()}
+                for e, t in tables.items()}
+        runs = {e: {c: r[np.isfinite(r)] for c, r in rs.items()} for e, rs in runs.items()}
+        common = [c for c in runs["fio"] if c in runs["filebench"]]
+        twice = [c for c in common if all(len(runs[e][c]) >= 2 for e in ENGINES)]  # a failed repeat: left out
+        if len(twice) < len(common):
+            print(f"  note: {workload}: {len(common) - len(twice)} of the {len(common)} configurations both sweeps "
+                  "measured have fewer than two successful repeats in one of them; left out")
+        common = twice
+        k = min((len(runs[e][c]) for e in ENGINES for c in common), default=0)
+        raw[workload] = {"configs": [dict(c) for c in common],
+                         "ops_per_s": {e: [[[float(x)] for x in runs[e][c][:k]] for c in common] for e in ENGINES}}
+    return raw
+
+
 def summarise(workload: str, data: dict) -> dict:
     n = len(data["configs"])
     if n < 3:
@@ -139,8 +180,10 @@ def summarise(workload: str, data: dict) -> dict:
     rho = stats.spearmanr(means["fio"], means["filebench"]).statistic
     tau = stats.kendalltau(means["fio"], means["filebench"]).statistic
     top = {e: list(np.argsort(-means[e])[:3]) for e in ENGINES}
-    noise = {e: float(np.median(ops[e].std(axis=2, ddof=1) / ops[e].mean(axis=2))) if ops[e].shape[2] > 1
-             else float("nan") for e in ENGINES}
+    # within a pass; a sweep's runs (one per pass) across its passes, which ran back to back
+    within = {e: ops[e] if ops[e].shape[2] > 1 else ops[e].transpose(0, 2, 1) for e in ENGINES}
+    noise = {e: float(np.median(w.std(axis=2, ddof=1) / w.mean(axis=2))) if w.shape[2] > 1 else float("nan")
+             for e, w in within.items()}
     self_rho = {e: (stats.spearmanr(ops[e][:, 0].mean(axis=1), ops[e][:, 1].mean(axis=1)).statistic
                     if ops[e].shape[1] > 1 else float("nan")) for e in ENGINES}
     return {"workload": workload, "n": n, "spearman": float(rho), "kendall": float(tau), "icc": icc(ops),
@@ -195,11 +238,20 @@ def main() -> None:
     parser.add_argument("--loop-dir", default="/var/tmp/storetune-fidelity")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "engine_fidelity.json")
     parser.add_argument("--from", dest="saved", type=Path, help="print the figures of a saved --out again")
+    parser.add_argument("--datasets", type=Path, nargs=2, metavar=("FIO_SWEEP", "FILEBENCH_SWEEP"),
+                        help="compare two sweeps' committed measurements (storetune sweep --engine fio, "
+                        "then --engine filebench)")
     parser.add_argument("--against", type=Path, help="measure fio alone on a saved --out's configurations and "
                         "compare it with that run's Filebench measurements (to try a change to a fio job file)")
     args = parser.parse_args()
     if args.saved:
         raw = json.loads(args.saved.read_text())["raw"]
+        report([summarise(w, data) for w, data in raw.items()])
+        return
+    if args.datasets:
+        raw = from_datasets(*args.datasets, [w.strip() for w in args.workloads.split(",") if w.strip()])
+        print(f"# {args.datasets[0]} (fio) against {args.datasets[1]} (Filebench): each repeat is a pass; "
+              "the sweeps were not interleaved")
         report([summarise(w, data) for w, data in raw.items()])
         return
     if os.geteuid() != 0:

@@ -82,7 +82,8 @@ def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatc
 def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_path, monkeypatch):
     """datasets/loop-storage-v2 without its git-ignored history: the same sweep command adopts every
     committed measurement, measures nothing again, and exports the same rows. It was measured with
-    protocol 1: today's code refuses to mix protocols, so the adoption runs as protocol-1 code would."""
+    protocol 1 and version 1 of fio's job files: today's code refuses to mix either, so the adoption runs as
+    that code would."""
     from conftest import ROOT
 
     import tuner.sweep
@@ -101,6 +102,9 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
     monkeypatch.setattr(tuner.sweep, "PROTOCOL", 1)
     spec = SweepSpec(out=out, device=DeviceSettings(**settings, warmup_runs=0),
                      **{**sweep, "workloads": tuple(sweep["workloads"])})
+    with pytest.raises(ValueError, match="version 1 of fio's job files; this StoreTune's are version 2 .* not mixed"):
+        run_sweep(History(f"sqlite:///{tmp_path / 'refused-jobs.sqlite'}"), spec)  # varmail's job file changed
+    monkeypatch.setattr(tuner.sweep, "JOB_VERSIONS", {"fio": 1, "filebench": 1})
     measured = []
     run_sweep(History(f"sqlite:///{tmp_path / 'fresh.sqlite'}"), spec, on_trial=measured.append)
     assert measured == []

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from runners import Measurement, Status
+from runners.device.personalities import JOB_VERSIONS
 from runners.device.runner import PROTOCOL
 from runners.settings import DeviceSettings
 from runners.tables import load_table
@@ -36,7 +37,7 @@ METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_m
 DIRECTIONS = {m: ("min" if "lat" in m else "max") for m in METRICS}
 MEASUREMENTS = "measurements.csv"
 # what a manifest written before these settings existed measured with
-LEGACY_SETTINGS = {"protocol": 1, "warmup_runs": 0, "dirty_limit_mib": 0}
+LEGACY_SETTINGS = {"protocol": 1, "jobs": 1, "warmup_runs": 0, "dirty_limit_mib": 0}
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class SweepSpec:
         return {"workloads": list(self.workloads), "space": device.pop("space"), "device": device.pop("device"),
                 "allow_device": device.pop("allow_device"), "engine": device.pop("engine"),
                 "runtime_s": device.pop("runtime_s"), "repeats": self.repeats, "per_stratum": self.per_stratum,
-                "seed": self.seed, "protocol": PROTOCOL, **device}
+                "seed": self.seed, "protocol": PROTOCOL, "jobs": JOB_VERSIONS[self.device.engine], **device}
 
     def runner_settings(self, workload: str) -> DeviceSettings:
         return self.device.model_copy(update={"workload": workload})
@@ -180,6 +181,10 @@ def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: l
         raise ValueError(f"{spec.out} was measured with measurement protocol {old['protocol']}; this StoreTune "
                          f"measures with protocol {wanted['protocol']} (README, 'The measurement protocol'), and the "
                          "two are not mixed: measure into another --out")
+    if old["jobs"] != wanted["jobs"] and old["engine"] == wanted["engine"]:
+        raise ValueError(f"{spec.out} was measured with version {old['jobs']} of {old['engine']}'s job files; this "
+                         f"StoreTune's are version {wanted['jobs']} (JOB_VERSIONS in runners/device/personalities.py "
+                         "says what changed), and the two are not mixed: measure into another --out")
     if {k: v for k, v in old.items() if k != "per_stratum"} != {k: v for k, v in wanted.items() if k != "per_stratum"} \
             or wanted["per_stratum"] <= old.get("per_stratum", 0):
         raise ValueError(f"{spec.out} holds a sweep with other settings ({old}); choose another --out, repeat that "
@@ -234,7 +239,8 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
             f"pair, seed {spec.seed}", "fileset_mib": spec.device.fileset_mib,
             "page_cache": "the files laid out, written back and dropped from the page cache before every timed run",
             "mkfs": "ext3/ext4 with lazy_itable_init=0,lazy_journal_init=0",
-            "protocol": PROTOCOL, "warmup_runs": spec.device.warmup_runs,
+            "protocol": PROTOCOL, "jobs": JOB_VERSIONS[spec.device.engine],
+            "warmup_runs": spec.device.warmup_runs,
         },
         "where": manifest.get("where") if not env else {
             "host": platform.node(), "kernel": platform.release(), "machine": platform.machine(),

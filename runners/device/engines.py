@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from runners.device.personalities import Personality, filebench_wml, fio_job
+from runners.device.personalities import JOB_VERSIONS, Personality, filebench_wml, fio_job
 from runners.device.shell import Shell
 
 ENGINES = ("fio", "filebench")
@@ -173,4 +173,5 @@ def parse_filebench(stdout: str, stderr: str = "") -> dict[str, float]:
 
 
 def engine_env(p: Personality, engine: str) -> dict[str, Any]:
-    return {"engine": engine, "personality": p.name, "nfiles": p.nfiles, "fileset_bytes": p.fileset_bytes}
+    return {"engine": engine, "personality": p.name, "nfiles": p.nfiles, "fileset_bytes": p.fileset_bytes,
+            "jobs": JOB_VERSIONS[engine]}

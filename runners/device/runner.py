@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from runners.base import LOOP_SLOT, Direction, Measurement, RunnerBase, Status, Workload, device_resource
 from runners.device.engines import EngineOutputError, engine_env, engine_version, run_filebench, run_fio
 from runners.device.filesystems import MKFS, build
-from runners.device.personalities import MIB, device_bytes_needed, personality
+from runners.device.personalities import JOB_VERSIONS, MIB, device_bytes_needed, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
 from runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
 from runners.device.target import (
@@ -89,6 +89,7 @@ class DeviceRunner(RunnerBase):
         self.workload = Workload(engine, workload, {
             "runtime_s": runtime_s, "fileset_mib": fileset_mib, "nfiles": self.personality.nfiles,
             "nthreads": self.personality.nthreads, "filesize": self.personality.filesize, "protocol": PROTOCOL,
+            "jobs": JOB_VERSIONS[engine],
         })
         self._warmups = 0 if dry_run else settings.warmup_runs
         self.device = "loop" if device == "loop" else device
