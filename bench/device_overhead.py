@@ -10,7 +10,8 @@ Prints three things, each against a peer measured in the same run:
    next to the CV of fio alone repeating the job on one file system. Target: CV <= 5% for at least
    one workload at a 10 s run.
 3. the trace replayer's mean and p99 latency for 4 KiB random reads against fio's (io_uring, O_DIRECT)
-   on the same loop device, at queue depths 1, 8 and 32. Target: both within 10%.
+   on the same loop device, at queue depths 1, 8 and 32, fio and the replayer alternating --rounds times
+   (medians compared), with fio's own p99 spread over its rounds. Target: both within 10%.
 """
 
 from __future__ import annotations
@@ -105,30 +106,48 @@ def noise(args: argparse.Namespace, loop_dir: str) -> None:
         print(f"{workload:<12}{np.mean(ops):>12.0f}{100 * cv(ops):>7.1f}%{100 * cv(alone['ops']):>13.1f}%{verdict:>10}")
 
 
-def replayer_check(loop_dir: str, seconds: float = 5.0) -> None:
-    print("\n== trace replayer vs fio (the peer): 4 KiB random reads, O_DIRECT, io_uring, latency in us")
-    print(f"{'queue depth':<12}{'mean':>8}{'fio mean':>10}{'ratio':>8}{'p99':>8}{'fio p99':>9}{'ratio':>8}{'target':>18}")
+def replayer_check(loop_dir: str, rounds: int = 3, seconds: float = 5.0) -> None:
+    """Per depth, fio and the replayer take turns ``rounds`` times on one device (A B, B A, A B, ...: neither
+    always goes first), each replay issuing as many I/Os as the depth's first fio run; the ratios are of
+    the medians over rounds, and the verdict is the target's 10%. fio's own spread over its rounds (max
+    over min of its p99) is printed beside it: how far the device's tail moves between minutes."""
+    print(f"\n== trace replayer vs fio (the peer): 4 KiB random reads, O_DIRECT, io_uring, latency in us, "
+          f"median of {rounds} alternating rounds of {seconds:g} s; loop file in {loop_dir}")
+    print(f"{'queue depth':<12}{'mean':>8}{'fio mean':>10}{'ratio':>8}{'p99':>8}{'fio p99':>9}{'ratio':>8}"
+          f"{'fio p99 spread':>16}{'target':>18}")
     shell, log = Shell(), SetupLog()
     target = open_loop(shell, log, Path(loop_dir), 1024 * 2**20)
     try:
         shell.run(["dd", "if=/dev/zero", f"of={target.device}", "bs=1M", "count=1024", "oflag=direct"], timeout=600)
         size = 1024 * 2**20
         for depth in (1, 8, 32):
-            job = ["fio", "--name=rr", f"--filename={target.device}", "--rw=randread", "--bs=4k", "--direct=1",
-                   "--ioengine=io_uring", f"--iodepth={depth}", f"--runtime={seconds:g}", "--time_based",
-                   "--lat_percentiles=1", "--output-format=json", "--randseed=1"]
-            report = json.loads(shell.run(job, timeout=120).stdout)["jobs"][0]["read"]
-            fio_mean, fio_p99 = report["lat_ns"]["mean"] / 1e3, report["lat_ns"]["percentile"]["99.000000"] / 1e3
-            n = int(report["total_ios"])  # as many I/Os as fio did, so both run about as long
-            rng = np.random.default_rng(depth)
-            offsets = rng.integers(0, size // 4096, n) * 4096
-            trace = Trace(np.zeros(n), np.ones(n, bool), np.full(n, 4096), offsets, np.full(n, np.nan),
-                          np.full(n, np.nan), np.full(n, -1))
-            latency = replay(trace, target.device, speed=0, queue_depth=depth).trace.latency_us
-            mean, p99 = float(np.mean(latency)), float(np.percentile(latency, 99))
+            got: dict[str, list[tuple[float, float]]] = {"fio": [], "replayer": []}
+            n = 0
+
+            def fio(r: int) -> None:
+                nonlocal n
+                job = ["fio", "--name=rr", f"--filename={target.device}", "--rw=randread", "--bs=4k", "--direct=1",
+                       "--ioengine=io_uring", f"--iodepth={depth}", f"--runtime={seconds:g}", "--time_based",
+                       "--lat_percentiles=1", "--output-format=json", f"--randseed={r + 1}"]
+                report = json.loads(shell.run(job, timeout=120).stdout)["jobs"][0]["read"]
+                got["fio"].append((report["lat_ns"]["mean"] / 1e3, report["lat_ns"]["percentile"]["99.000000"] / 1e3))
+                n = n or int(report["total_ios"])  # as many I/Os as fio did, so both run about as long
+
+            def replayer(r: int) -> None:
+                offsets = np.random.default_rng(1000 * depth + r).integers(0, size // 4096, n) * 4096
+                trace = Trace(np.zeros(n), np.ones(n, bool), np.full(n, 4096), offsets, np.full(n, np.nan),
+                              np.full(n, np.nan), np.full(n, -1))
+                latency = replay(trace, target.device, speed=0, queue_depth=depth).trace.latency_us
+                got["replayer"].append((float(np.mean(latency)), float(np.percentile(latency, 99))))
+
+            for r in range(rounds):
+                for turn in ((fio, replayer) if r % 2 == 0 else (replayer, fio)):
+                    turn(r)
+            (mean, p99), (fio_mean, fio_p99) = (np.median(np.array(got[k]), axis=0) for k in ("replayer", "fio"))
+            spread = max(p for _, p in got["fio"]) / min(p for _, p in got["fio"])
             ok = abs(mean / fio_mean - 1) <= 0.1 and abs(p99 / fio_p99 - 1) <= 0.1
             print(f"{depth:<12}{mean:>8.0f}{fio_mean:>10.0f}{mean / fio_mean:>8.2f}{p99:>8.0f}{fio_p99:>9.0f}"
-                  f"{p99 / fio_p99:>8.2f}{'within 10%' if ok else 'NOT within 10%':>18}")
+                  f"{p99 / fio_p99:>8.2f}{spread:>16.2f}{'within 10%' if ok else 'NOT within 10%':>18}")
     finally:
         close_loop(shell, log, target)
 
@@ -140,7 +159,10 @@ def main() -> None:
     parser.add_argument("--loop-dir", default="/var/tmp/storetune-bench")
     parser.add_argument("--skip", default="", help="comma-separated: fixed,noise,replay")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="the noise section's workloads")
+    parser.add_argument("--rounds", type=int, default=3, help="the replay section's alternating rounds per depth")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if os.geteuid() != 0:
         sys.exit("bench/device_overhead.py needs root (loop devices, mkfs, mount)")
     skip = set(args.skip.split(","))
@@ -149,7 +171,7 @@ def main() -> None:
     if "noise" not in skip:
         noise(args, args.loop_dir)
     if "replay" not in skip:
-        replayer_check(args.loop_dir)
+        replayer_check(args.loop_dir, rounds=args.rounds)
 
 
 if __name__ == "__main__":

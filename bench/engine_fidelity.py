@@ -44,10 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runners import Status, make_runner  # noqa: E402
+from runners.device.personalities import JOB_VERSIONS  # noqa: E402
 from runners.tables import load_table  # noqa: E402
 from runners.device.personalities import MIB, device_bytes_needed, personality  # noqa: E402
 from search_spaces import load_space  # noqa: E402
 from tuner.grid import GridSearch  # noqa: E402
+from tuner.sweep import recorded_settings  # noqa: E402
 
 ENGINES = ("fio", "filebench")
 
@@ -140,17 +142,22 @@ def against(workload: str, args: argparse.Namespace, earlier: dict) -> dict:
 def from_datasets(fio_dir: Path, filebench_dir: Path, workloads: list[str]) -> dict:
     """Two sweeps' measurements of the configurations both hold, as a run of this benchmark: repeat i of
     a sweep is pass i (a pass of one run), the first as many repeats as both sweeps have for every one."""
-    manifests = {e: json.loads((d / "manifest.json").read_text()) for e, d in zip(ENGINES, (fio_dir, filebench_dir))}
-    engines = {e: m["settings"].get("engine") for e, m in manifests.items()}
+    recorded = {e: recorded_settings(json.loads((d / "manifest.json").read_text()))
+                for e, d in zip(ENGINES, (fio_dir, filebench_dir))}
+    engines = {e: m.get("engine") for e, m in recorded.items()}
     if engines != {e: e for e in ENGINES}:
         sys.exit(f"--datasets wants a fio sweep, then a Filebench sweep; these were measured with {engines}")
+    for e, m in recorded.items():
+        if m["jobs"] != JOB_VERSIONS[e]:
+            print(f"  note: {e}'s sweep ran version {m['jobs']} of its job files; this StoreTune's are version "
+                  f"{JOB_VERSIONS[e]} (JOB_VERSIONS in runners/device/personalities.py says what changed)")
     own = ("engine", "jobs", "workloads", "per_stratum", "repeats")  # a sweep's own, not the conditions
-    settings = {e: {k: v for k, v in m["settings"].items() if k not in own} for e, m in manifests.items()}
+    settings = {e: {k: v for k, v in m.items() if k not in own} for e, m in recorded.items()}
     for key in sorted(set(settings["fio"]) | set(settings["filebench"])):
         if settings["fio"].get(key) != settings["filebench"].get(key):
             print(f"  note: the sweeps differ in {key}: fio {settings['fio'].get(key)}, "
                   f"Filebench {settings['filebench'].get(key)}")
-    both = [w for w in workloads if all(w in m["settings"]["workloads"] for m in manifests.values())]
+    both = [w for w in workloads if all(w in m["workloads"] for m in recorded.values())]
     if len(both) < len(workloads):
         print(f"  note: only {', '.join(both) or 'no workload'} of {', '.join(workloads)} measured by both sweeps")
     raw = {}
@@ -166,7 +173,7 @@ def from_datasets(fio_dir: Path, filebench_dir: Path, workloads: list[str]) -> d
                   "measured have fewer than two successful repeats in one of them; left out")
         common = twice
         k = min((len(runs[e][c]) for e in ENGINES for c in common), default=0)
-        raw[workload] = {"configs": [dict(c) for c in common],
+        raw[workload] = {"configs": [dict(c) for c in common], "passes_are_repeats": True,
                          "ops_per_s": {e: [[[float(x)] for x in runs[e][c][:k]] for c in common] for e in ENGINES}}
     return raw
 
@@ -180,8 +187,8 @@ def summarise(workload: str, data: dict) -> dict:
     rho = stats.spearmanr(means["fio"], means["filebench"]).statistic
     tau = stats.kendalltau(means["fio"], means["filebench"]).statistic
     top = {e: list(np.argsort(-means[e])[:3]) for e in ENGINES}
-    # within a pass; a sweep's runs (one per pass) across its passes, which ran back to back
-    within = {e: ops[e] if ops[e].shape[2] > 1 else ops[e].transpose(0, 2, 1) for e in ENGINES}
+    # within a pass; for two sweeps (from_datasets), across a configuration's repeats, which ran back to back
+    within = {e: ops[e].transpose(0, 2, 1) if data.get("passes_are_repeats") else ops[e] for e in ENGINES}
     noise = {e: float(np.median(w.std(axis=2, ddof=1) / w.mean(axis=2))) if w.shape[2] > 1 else float("nan")
              for e, w in within.items()}
     self_rho = {e: (stats.spearmanr(ops[e][:, 0].mean(axis=1), ops[e][:, 1].mean(axis=1)).statistic

@@ -412,6 +412,17 @@ def test_a_run_that_would_fill_the_file_system_is_refused_before_it_starts(loop_
     assert leftovers(loop_dir) == NOTHING
 
 
+def test_a_job_version_past_1_joins_the_workload_fingerprint(loop_dir):
+    """fio's job files are at version 2 (varmail changed): its campaigns' fingerprints say so. Filebench's
+    never changed, so its workload is the one recorded before versions existed, and those campaigns resume."""
+    from runners.device.personalities import JOB_VERSIONS
+
+    fio, fb = runner(loop_dir, dry_run=True), runner(loop_dir, engine="filebench", dry_run=True)
+    assert JOB_VERSIONS == {"fio": 2, "filebench": 1} and fio.workload.params["jobs"] == 2
+    assert set(fb.workload.params) == {"runtime_s", "fileset_mib", "nfiles", "nthreads", "filesize", "protocol"}
+    assert leftovers(loop_dir) == NOTHING
+
+
 @pytest.mark.skipif(shutil.which("filebench") is None,
                     reason="filebench is not on PATH (no package registry has it: build it from source)")
 def test_filebench_engine_runs_the_real_binary(loop_dir):

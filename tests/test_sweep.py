@@ -102,7 +102,10 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
     monkeypatch.setattr(tuner.sweep, "PROTOCOL", 1)
     spec = SweepSpec(out=out, device=DeviceSettings(**settings, warmup_runs=0),
                      **{**sweep, "workloads": tuple(sweep["workloads"])})
-    with pytest.raises(ValueError, match="version 1 of fio's job files; this StoreTune's are version 2 .* not mixed"):
+    from runners.device.personalities import JOB_VERSIONS
+
+    with pytest.raises(ValueError, match=f"version 1 of fio's job files; this StoreTune's are version "
+                                         f"{JOB_VERSIONS['fio']} .* not mixed"):
         run_sweep(History(f"sqlite:///{tmp_path / 'refused-jobs.sqlite'}"), spec)  # varmail's job file changed
     monkeypatch.setattr(tuner.sweep, "JOB_VERSIONS", {"fio": 1, "filebench": 1})
     measured = []

@@ -76,7 +76,7 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
     manifest = json.loads(path.read_text()) if path.exists() else {}
     grid = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
                       params={"per_stratum": spec.per_stratum}).grid
-    if manifest and _recorded(manifest) != spec.settings():
+    if manifest and recorded_settings(manifest) != spec.settings():
         _extend(history, spec, manifest, grid)  # only a larger --per-stratum; anything else is refused
     manifest.setdefault("settings", spec.settings())
     manifest.setdefault("started_at", _now())
@@ -163,11 +163,11 @@ def plan(spec: SweepSpec) -> dict[str, Any]:
     return {"configurations": len(grid), "workloads": list(spec.workloads), "repeats": spec.repeats,
             "benchmark_runs": runs, "benchmark_time_s": runs * spec.device.runtime_s,
             "resumes": sorted(set(manifest.get("campaigns", {})) & set(spec.workloads)),
-            "settings_differ": bool(manifest) and _recorded(manifest) != spec.settings(),
+            "settings_differ": bool(manifest) and recorded_settings(manifest) != spec.settings(),
             "first": campaign_spec(spec, spec.workloads[0], len(grid))}
 
 
-def _recorded(manifest: dict[str, Any]) -> dict[str, Any]:
+def recorded_settings(manifest: dict[str, Any]) -> dict[str, Any]:
     """The settings a manifest records, with those it predates at the values it was measured with."""
     return {**LEGACY_SETTINGS, **(manifest.get("settings") or {})}
 
@@ -175,7 +175,7 @@ def _recorded(manifest: dict[str, Any]) -> dict[str, Any]:
 def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: list[Any]) -> None:
     """Grow a sweep to more configurations per stratum: the same seed draws the same configurations
     first, so the old grid is part of the new one and nothing measured is measured again."""
-    old = _recorded(manifest)
+    old = recorded_settings(manifest)
     wanted = spec.settings()
     if old["protocol"] != wanted["protocol"]:
         raise ValueError(f"{spec.out} was measured with measurement protocol {old['protocol']}; this StoreTune "

@@ -86,10 +86,13 @@ class DeviceRunner(RunnerBase):
             self.target()  # set the device up now: its errors come before a campaign writes anything
             if device != "loop":
                 self._check_room(device, self.target().describe().get("device_size_bytes"))
+        # a job version joins the workload's fingerprint only past 1: campaigns started before versions
+        # existed (Filebench's, whose job files never changed) keep their fingerprint and resume
+        jobs = {"jobs": JOB_VERSIONS[engine]} if JOB_VERSIONS[engine] != 1 else {}
         self.workload = Workload(engine, workload, {
             "runtime_s": runtime_s, "fileset_mib": fileset_mib, "nfiles": self.personality.nfiles,
             "nthreads": self.personality.nthreads, "filesize": self.personality.filesize, "protocol": PROTOCOL,
-            "jobs": JOB_VERSIONS[engine],
+            **jobs,
         })
         self._warmups = 0 if dry_run else settings.warmup_runs
         self.device = "loop" if device == "loop" else device
