@@ -5,6 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared
 DEMO_DB ?= results/demo.sqlite
+# The largest of StoreTune's own datasets; the others (datasets/README.md) are chunks still growing.
+DEMO_DATASET ?= datasets/loop-storage-v2
 # Debian packages of the device runner: fio, the mkfs tools, and a C compiler with liburing for the trace replayer.
 APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs gcc liburing-dev
 # Debian packages the test suite needs: those, a real PostgreSQL for the PostgreSQL history path, and
@@ -47,14 +49,14 @@ test-fast: setup
 # The embedded default: the project's own measured dataset once there is one, else a public table.
 DEMO_WORKLOAD ?= fileserver
 demo: setup
-	@dataset=$$(ls datasets/*/measurements.csv 2>/dev/null | head -n1 | xargs -r dirname); \
-	if [ -n "$$dataset" ]; then \
+	@dataset=$(DEMO_DATASET); \
+	if [ -f "$$dataset/measurements.csv" ]; then \
 	  data="--dataset $$dataset --context workload=$(DEMO_WORKLOAD)"; budget=80; \
 	  echo "Replaying StoreTune's own dataset $$dataset (measured on loop devices; workload $(DEMO_WORKLOAD))."; \
 	else \
 	  dataset=$(SHARED)/datasets/moot_configs/BDBC.csv; \
 	  if [ ! -f "$$dataset" ]; then \
-	    echo "make demo needs a dataset: none measured in datasets/ yet, and no $$dataset (clone the shared data beside this repository)"; \
+	    echo "make demo needs a dataset: no $(DEMO_DATASET)/measurements.csv, and no $$dataset (clone the shared data beside this repository)"; \
 	    exit 1; \
 	  fi; \
 	  data="--dataset $$dataset"; budget=100; \
