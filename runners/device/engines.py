@@ -9,21 +9,91 @@ timeout, and turns the engine's report into StoreTune's metrics:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 from runners.device.personalities import JOB_VERSIONS, Personality, filebench_wml, fio_job
-from runners.device.shell import Shell
+from runners.device.shell import CommandFailed, Shell
 
 ENGINES = ("fio", "filebench")
+FREE_SPACE_WATCH_S = 0.2  # how often a run's free space is sampled (FreeSpaceWatch)
 
 
 class EngineOutputError(ValueError):
-    """The engine ran but its report cannot be read."""
+    """The engine ran but its report cannot be read, or says it failed (``errno``: the failing job's)."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
+class FreeSpaceWatch:
+    """The least free space and inodes a mounted file system had while an engine ran, from statvfs every
+    ``every_s`` in a thread (hand-written: no library samples a mount's free space). A run that fills the
+    file system for a moment is otherwise seen only after it, when the space may be back: on xfs under
+    Filebench's fileserver, a 1 GiB device full during the run had half of it free after.
+    On xfs, statfs also pushes xfs's queued inode inactivation to run at once (it would run within a
+    jiffy); measurements record the watch's period (``free_space_watch_s``)."""
+
+    MIB = 1 << 20
+
+    def __init__(self, mountpoint: str, every_s: float = FREE_SPACE_WATCH_S):
+        self.mountpoint, self.every_s = mountpoint, every_s
+        self.least_free: int | None = None  # bytes free to root (f_bfree: the engines run as root)
+        self.least_inodes: int | None = None  # None where the file system has no inode limit (btrfs)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="free-space-watch", daemon=True)
+
+    def _sample(self) -> None:
+        fsid = None
+        while True:
+            try:
+                st = os.statvfs(self.mountpoint)
+            except OSError:
+                return  # no such directory (a dry run): nothing to see
+            if fsid is not None and st.f_fsid != fsid:
+                return  # another file system now answers for the path: the watched one is gone
+            fsid = st.f_fsid
+            free = st.f_bfree * st.f_frsize
+            self.least_free = free if self.least_free is None else min(self.least_free, free)
+            if st.f_files:
+                inodes = st.f_ffree
+                self.least_inodes = inodes if self.least_inodes is None else min(self.least_inodes, inodes)
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> FreeSpaceWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)  # a statvfs stuck in the kernel must not hold the trial
+
+    def explain(self) -> str:
+        """What a short write or ENOSPC meant: the least free space seen during the run, and after it."""
+        try:
+            after = os.statvfs(self.mountpoint)
+            size, free_after = after.f_blocks * after.f_frsize, after.f_bfree * after.f_frsize
+        except OSError:
+            size = free_after = None
+
+        def mib(n: int | None) -> str:
+            return "?" if n is None else f"{n // self.MIB}"
+
+        seen = f"as little as {mib(self.least_free)} of {mib(size)} MiB free (sampled every {self.every_s:g} s), "
+        seen += f"{mib(free_after)} MiB free after it"
+        if self.least_inodes == 0:
+            return f"the file system ran out of inodes during the run; {seen}"
+        if self.least_free is not None and size and self.least_free <= max(self.MIB, size // 200):
+            return f"the file system filled during the run: {seen}"
+        return f"the file system was not seen full (a fill shorter than the samples, or metadata space): {seen}"
 
 
 def engine_version(shell: Shell, engine: str) -> str | None:
@@ -43,14 +113,25 @@ def run_fio(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtim
     report = workdir / f"{p.name}.json"
     shell.run(["fio", "--create_only=1", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
     settle(shell)
-    result = shell.run(["fio", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
+    try:
+        with FreeSpaceWatch(mountpoint) as watch:
+            result = shell.run(["fio", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
+    except CommandFailed as e:  # fio 3.33 exits 1 when a job ends on ENOSPC ("io_u error ... No space left")
+        if os.strerror(errno.ENOSPC) in e.result.stderr:
+            raise EngineOutputError(f"fio ran out of space ({watch.explain()}): {e}", errno.ENOSPC) from None
+        raise
     if shell.dry_run:
         return {}
     # fio exits 0 even when some of its jobs could not run ("blocksize is larger than data set range")
     complaints = [line for line in result.stderr.splitlines() if line.startswith("fio:") and "note:" not in line]
     if complaints:
         raise EngineOutputError(f"fio: {len(complaints)} complaint(s), e.g. {complaints[0]}")
-    return parse_fio(report.read_text())
+    try:
+        return parse_fio(report.read_text())
+    except EngineOutputError as e:
+        if e.errno == errno.ENOSPC:
+            raise EngineOutputError(f"{e} ({watch.explain()})", e.errno) from None
+        raise
 
 
 def settle(shell: Shell) -> None:
@@ -71,7 +152,7 @@ def parse_fio(text: str) -> dict[str, float]:
     failed = [j for j in jobs if j.get("error")]
     if failed:
         raise EngineOutputError(f"fio job {failed[0].get('jobname')} failed: error {failed[0]['error']} "
-                                f"({os.strerror(failed[0]['error'])})")
+                                f"({os.strerror(failed[0]['error'])})", failed[0]["error"])
     totals: dict[str, float] = {}
     for direction in ("read", "write"):
         stats = [j[direction] for j in jobs if j.get(direction, {}).get("total_ios", 0) > 0]
@@ -112,17 +193,18 @@ def run_filebench(shell: Shell, p: Personality, mountpoint: str, workdir: Path, 
                   timeout_s: float) -> dict[str, float]:
     wml = workdir / f"{p.name}.f"
     shell.write_file(wml, filebench_wml(p, mountpoint, runtime_s))
-    result = shell.run(["filebench", "-f", str(wml)], timeout=timeout_s)
+    with FreeSpaceWatch(mountpoint) as watch:
+        result = shell.run(["filebench", "-f", str(wml)], timeout=timeout_s)
     if shell.dry_run:
         return {}
     try:
         return parse_filebench(result.stdout, result.stderr)
     except EngineOutputError as e:
-        if "Failed to write" in str(e) and ": Success" in str(e):  # write() returned short, without an errno
-            free = os.statvfs(mountpoint)
-            free_mib, size_mib = free.f_bavail * free.f_frsize >> 20, free.f_blocks * free.f_frsize >> 20
-            raise EngineOutputError(f"{e} (a short write: the file system was full; {free_mib} of {size_mib} MiB "
-                                    "free after the run)") from None
+        # Filebench ends a thread on a write that returns short (errno untouched: "Success"), which a
+        # write(2) caught by a full file system may legally do, or on ENOSPC
+        if "Failed to write" in str(e):
+            short = "a short write: " if ": Success" in str(e) else ""
+            raise EngineOutputError(f"{e} ({short}{watch.explain()})") from None
         raise
 
 
@@ -174,4 +256,4 @@ def parse_filebench(stdout: str, stderr: str = "") -> dict[str, float]:
 
 def engine_env(p: Personality, engine: str) -> dict[str, Any]:
     return {"engine": engine, "personality": p.name, "nfiles": p.nfiles, "fileset_bytes": p.fileset_bytes,
-            "jobs": JOB_VERSIONS[engine]}
+            "jobs": JOB_VERSIONS[engine], "free_space_watch_s": FREE_SPACE_WATCH_S}
