@@ -141,7 +141,8 @@ def against(workload: str, args: argparse.Namespace, earlier: dict) -> dict:
 
 def from_datasets(fio_dir: Path, filebench_dir: Path, workloads: list[str]) -> dict:
     """Two sweeps' measurements of the configurations both hold, as a run of this benchmark: repeat i of
-    a sweep is pass i (a pass of one run), the first as many repeats as both sweeps have for every one."""
+    a sweep is pass i (a pass of one run), the first as many repeats as both sweeps have for every one;
+    each configuration's mean, which ranks it, is over all its successful repeats."""
     recorded = {e: recorded_settings(json.loads((d / "manifest.json").read_text()))
                 for e, d in zip(ENGINES, (fio_dir, filebench_dir))}
     engines = {e: m.get("engine") for e, m in recorded.items()}
@@ -174,7 +175,10 @@ def from_datasets(fio_dir: Path, filebench_dir: Path, workloads: list[str]) -> d
         common = twice
         k = min((len(runs[e][c]) for e in ENGINES for c in common), default=0)
         raw[workload] = {"configs": [dict(c) for c in common], "passes_are_repeats": True,
-                         "ops_per_s": {e: [[[float(x)] for x in runs[e][c][:k]] for c in common] for e in ENGINES}}
+                         "ops_per_s": {e: [[[float(x)] for x in runs[e][c][:k]] for c in common] for e in ENGINES},
+                         # ranks and the best from every successful repeat a sweep has; noise and self-agreement
+                         # from the first k, as many as both have
+                         "means": {e: [float(np.mean(runs[e][c])) for c in common] for e in ENGINES}}
     return raw
 
 
@@ -183,7 +187,7 @@ def summarise(workload: str, data: dict) -> dict:
     if n < 3:
         return {"workload": workload, "n": n, "too_few": True}
     ops = {e: np.array(data["ops_per_s"][e], dtype=float) for e in ENGINES}  # (config, pass, repeat)
-    means = {e: ops[e].mean(axis=(1, 2)) for e in ENGINES}
+    means = {e: np.array(data["means"][e]) if "means" in data else ops[e].mean(axis=(1, 2)) for e in ENGINES}
     rho = stats.spearmanr(means["fio"], means["filebench"]).statistic
     tau = stats.kendalltau(means["fio"], means["filebench"]).statistic
     top = {e: list(np.argsort(-means[e])[:3]) for e in ENGINES}

@@ -39,6 +39,7 @@ def sweep(folder: Path, engine: str, workloads: list[str], runs: dict[tuple[str,
 def test_two_sweeps_are_compared_on_the_configurations_both_measured(fidelity, tmp_path: Path, capsys):
     fio = {("varmail", x): [100.0 * x, 100.0 * x + 5, 100.0 * x - 5] for x in range(1, 7)}
     fio[("varmail", 6)] = [50.0, 52.0, 51.0]  # fio ranks configuration 6 last
+    fio[("varmail", 4)] = [400.0, 405.0, 10.0]  # first on its first two repeats, below 3 on all three
     fb = {("varmail", x): [1000.0 * x, 1000.0 * x + 30] for x in range(1, 6)}  # 6 never measured by Filebench
     fb[("varmail", 5)] = [5000.0, None]  # a failed repeat: fewer than two runs, left out
     fb[("fileserver", 1)] = [1.0, 2.0]
@@ -54,10 +55,12 @@ def test_two_sweeps_are_compared_on_the_configurations_both_measured(fidelity, t
     # two repeats each (what both have), each repeat a pass of one run
     assert np.array(data["ops_per_s"]["fio"]).shape == (4, 2, 1)
     summary = fidelity.summarise("varmail", data)
-    fio_means = [np.mean([100.0 * x, 100.0 * x + 5]) for x in range(1, 5)]
+    # ranks and the best from all of a sweep's repeats: fio's best is configuration 3, Filebench's 4
+    fio_means = [100.0, 200.0, 300.0, 815.0 / 3]
     fb_means = [np.mean([1000.0 * x, 1000.0 * x + 30]) for x in range(1, 5)]
     assert summary["n"] == 4 and summary["spearman"] == pytest.approx(stats.spearmanr(fio_means, fb_means).statistic)
-    assert summary["same_best"] and summary["self_spearman"] == {"fio": 1.0, "filebench": 1.0}
+    assert summary["spearman"] == pytest.approx(0.8) and not summary["same_best"] and summary["top3_shared"] == 3
+    assert summary["self_spearman"] == {"fio": 1.0, "filebench": 1.0}  # repeat 0 against repeat 1
     cv = np.median([np.std([100.0 * x, 100.0 * x + 5], ddof=1) / np.mean([100.0 * x, 100.0 * x + 5])
                     for x in range(1, 5)])
     assert summary["repeat_cv"]["fio"] == pytest.approx(cv)
