@@ -77,6 +77,11 @@ def _sweep_dry_run(spec: Any, grid: dict[str, Any]) -> None:
                   f"{len(grid['workloads'])} workloads ({', '.join(grid['workloads'])}) x {grid['repeats']} repeats = "
                   f"{grid['benchmark_runs']} benchmark runs of {spec.device.runtime_s:g} s: {hours:.1f} h of "
                   "benchmark at least, plus mkfs and set-up per run")
+    if grid["jobs_changed"]:
+        console.print(f"# the job file of {', '.join(grid['jobs_changed'])} changed since {spec.out} measured it: "
+                      + ("measured again (--remeasure), the other workloads kept"
+                         if set(grid["jobs_changed"]) <= set(spec.remeasure) else
+                         f"refused unless --remeasure {','.join(grid['jobs_changed'])}"))
     if grid["resumes"]:
         console.print(f"# {spec.out}/manifest.json holds {', '.join(grid['resumes'])}: "
                       + ("its settings differ; only a larger --per-stratum extends it, anything else is refused"
@@ -95,6 +100,9 @@ def sweep(
                                                 "many configurations).")] = 8.0,
     repeats: Annotated[int, typer.Option(help="Measurements per configuration and workload.")] = 2,
     per_stratum: Annotated[int, typer.Option(help="Configurations per file system x I/O scheduler pair.")] = 3,
+    remeasure: Annotated[str, typer.Option(help="Comma-separated workloads to measure again from the start where "
+                                                "their job file changed since the sweep measured them (JOB_VERSIONS "
+                                                "in runners/device/personalities.py); the others are kept.")] = "",
     seed: Annotated[int, typer.Option(help="Seed of the grid and of fio.")] = 0,
     loop_dir: LoopDirOpt = None,
     loop_size_mib: LoopSizeOpt = None,
@@ -115,7 +123,8 @@ def sweep(
                                               fileset_mib=fileset_mib, warmup_runs=warmup_runs,
                                               dirty_limit_mib=dirty_limit_mib))
     spec = SweepSpec(out=out, device=settings, workloads=workloads_of(workloads, list(PERSONALITIES)),
-                     repeats=repeats, per_stratum=per_stratum, seed=seed, command=["storetune", *sys.argv[1:]])
+                     repeats=repeats, per_stratum=per_stratum, seed=seed, command=["storetune", *sys.argv[1:]],
+                     remeasure=workloads_of(remeasure, list(PERSONALITIES)) if remeasure else ())
     if dry_run:
         _sweep_dry_run(spec, plan(spec))
         return

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runners import Status, make_runner  # noqa: E402
-from runners.device.personalities import JOB_VERSIONS  # noqa: E402
+from runners.device.personalities import job_version  # noqa: E402
 from runners.tables import load_table  # noqa: E402
 from runners.device.personalities import MIB, device_bytes_needed, personality  # noqa: E402
 from search_spaces import load_space  # noqa: E402
@@ -149,9 +149,10 @@ def from_datasets(fio_dir: Path, filebench_dir: Path, workloads: list[str]) -> d
     if engines != {e: e for e in ENGINES}:
         sys.exit(f"--datasets wants a fio sweep, then a Filebench sweep; these were measured with {engines}")
     for e, m in recorded.items():
-        if m["jobs"] != JOB_VERSIONS[e]:
-            print(f"  note: {e}'s sweep ran version {m['jobs']} of its job files; this StoreTune's are version "
-                  f"{JOB_VERSIONS[e]} (JOB_VERSIONS in runners/device/personalities.py says what changed)")
+        for w, version in m["jobs"].items():
+            if w in workloads and version != job_version(e, w):
+                print(f"  note: {e}'s sweep ran version {version} of its {w} job file; this StoreTune's is version "
+                      f"{job_version(e, w)} (JOB_VERSIONS in runners/device/personalities.py says what changed)")
     own = ("engine", "jobs", "workloads", "per_stratum", "repeats")  # a sweep's own, not the conditions
     settings = {e: {k: v for k, v in m.items() if k not in own} for e, m in recorded.items()}
     for key in sorted(set(settings["fio"]) | set(settings["filebench"])):

@@ -104,10 +104,12 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
                      **{**sweep, "workloads": tuple(sweep["workloads"])})
     from runners.device.personalities import JOB_VERSIONS
 
-    with pytest.raises(ValueError, match=f"version 1 of fio's job files; this StoreTune's are version "
-                                         f"{JOB_VERSIONS['fio']} .* not mixed"):
+    with pytest.raises(ValueError, match=f"measured fileserver with version 1 of its job file, this StoreTune's is "
+                                         f"{JOB_VERSIONS['fio']['fileserver']};.* oltp .* not mixed: --remeasure "
+                                         "fileserver,varmail,webserver,oltp measures them again"):
         run_sweep(History(f"sqlite:///{tmp_path / 'refused-jobs.sqlite'}"), spec)  # varmail's job file changed
-    monkeypatch.setattr(tuner.sweep, "JOB_VERSIONS", {"fio": 1, "filebench": 1})
+    for workload in JOB_VERSIONS["fio"]:
+        monkeypatch.setitem(JOB_VERSIONS["fio"], workload, 1)
     measured = []
     run_sweep(History(f"sqlite:///{tmp_path / 'fresh.sqlite'}"), spec, on_trial=measured.append)
     assert measured == []
@@ -115,3 +117,65 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
     assert sorted((out / "measurements.csv").read_text().splitlines()) == sorted(committed)
     again = json.loads((out / "manifest.json").read_text())
     assert again["measured_wall_time_s"] == manifest["measured_wall_time_s"] and again["where"] == manifest["where"]
+
+
+def test_a_changed_job_file_is_measured_again_when_asked_and_the_other_workloads_are_kept(tmp_path, monkeypatch):
+    from runners.device.personalities import JOB_VERSIONS
+
+    monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
+    history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    device = DeviceSettings(space="storage_v1", runtime_s=1, loop_dir=str(tmp_path / "loops"), loop_size_mib=400,
+                            fileset_mib=16, warmup_runs=0)
+    spec = SweepSpec(out=tmp_path / "ds", device=device, workloads=("fileserver", "varmail"), repeats=1,
+                     per_stratum=1, command=["storetune", "sweep", "..."])
+    csv_path, manifest_path = tmp_path / "ds" / "measurements.csv", tmp_path / "ds" / "manifest.json"
+    first = json.loads(run_sweep(history, spec).read_text())
+    rows = csv_path.read_text().splitlines()
+    fileserver = [r for r in rows if r.startswith("fileserver,")]
+    assert len(fileserver) == 5 and len([r for r in rows if r.startswith("varmail,")]) == 5
+    assert set(first["wall_time_s"]) == {"fileserver", "varmail"}
+    assert first["measured_wall_time_s"] == pytest.approx(sum(first["wall_time_s"].values()), abs=0.2)
+
+    version = JOB_VERSIONS["fio"]["varmail"]
+    monkeypatch.setitem(JOB_VERSIONS["fio"], "varmail", version + 1)
+    before = (csv_path.read_text(), manifest_path.read_text())
+    with pytest.raises(ValueError, match=rf"measured varmail with version {version} of its job file, this "
+                                         rf"StoreTune's is {version + 1} .* --remeasure varmail measures it again "
+                                         "and keeps the other workloads"):
+        run_sweep(history, spec)
+    again = SweepSpec(**{**spec.__dict__, "remeasure": ("varmail",)})
+    other = SweepSpec(**{**again.__dict__, "repeats": 2})
+    with pytest.raises(ValueError, match="holds a sweep with other settings"):
+        run_sweep(history, other)  # refused before --remeasure drops anything
+    with pytest.raises(ValueError, match="--remeasure fileserver: .* nothing to measure again"):
+        run_sweep(history, SweepSpec(**{**spec.__dict__, "remeasure": ("fileserver", "varmail")}))
+    assert (csv_path.read_text(), manifest_path.read_text()) == before  # refused: nothing lost
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_varmail(workload, campaign):
+        if workload == "varmail":
+            raise Stop
+
+    with pytest.raises(Stop):  # stopped once the remeasure began: varmail's old rows are gone already
+        run_sweep(history, again, on_campaign=stop_at_varmail)
+    assert not [r for r in csv_path.read_text().splitlines() if r.startswith("varmail,")]
+    [record] = json.loads(manifest_path.read_text())["remeasured"]
+    assert record["workload"] == "varmail" and record["replaced_campaign"] == first["campaigns"]["varmail"]
+    assert record["jobs"] == [version, version + 1] and record["wall_time_s"] == first["wall_time_s"]["varmail"]
+
+    # a fresh clone (no history) resumes it: fileserver's rows are adopted, varmail is measured again
+    fresh = History(f"sqlite:///{tmp_path / 'fresh.sqlite'}")
+    measured = []
+    manifest = json.loads(run_sweep(fresh, again, on_trial=measured.append).read_text())
+    assert len(measured) == 5 and list(manifest["campaigns"]) == ["fileserver", "varmail"]
+    assert manifest["settings"]["jobs"] == {"fileserver": JOB_VERSIONS["fio"]["fileserver"], "varmail": version + 1}
+    now = csv_path.read_text().splitlines()
+    assert [r for r in now if r.startswith("fileserver,")] == fileserver
+    assert len([r for r in now if r.startswith("varmail,")]) == 5
+    for t in fresh.trials(manifest["campaigns"]["varmail"], measurements=True):
+        assert all(m.env["jobs"] == version + 1 for m in t.measurements)
+    assert manifest["wall_time_s"]["fileserver"] == first["wall_time_s"]["fileserver"]  # adopted, not re-counted
+    assert 0 < manifest["wall_time_s"]["varmail"] and "adopted_wall_time_s" not in manifest
+    assert json.loads(run_sweep(fresh, again).read_text())["rows"] == manifest["rows"]  # finished: a no-op

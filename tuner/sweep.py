@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from runners import Measurement, Status
-from runners.device.personalities import JOB_VERSIONS
+from runners.device.personalities import job_version
 from runners.device.runner import PROTOCOL
 from runners.settings import DeviceSettings
 from runners.tables import load_table
@@ -51,6 +51,7 @@ class SweepSpec:
     repeats: int = 2
     per_stratum: int = 3
     seed: int = 0
+    remeasure: tuple[str, ...] = ()  # workloads to measure again where their job file changed
     command: list[str] = field(default_factory=list)  # how it was invoked, for the manifest
 
     @property
@@ -63,7 +64,11 @@ class SweepSpec:
         return {"workloads": list(self.workloads), "space": device.pop("space"), "device": device.pop("device"),
                 "allow_device": device.pop("allow_device"), "engine": device.pop("engine"),
                 "runtime_s": device.pop("runtime_s"), "repeats": self.repeats, "per_stratum": self.per_stratum,
-                "seed": self.seed, "protocol": PROTOCOL, "jobs": JOB_VERSIONS[self.device.engine], **device}
+                "seed": self.seed, "protocol": PROTOCOL, "jobs": self.jobs(), **device}
+
+    def jobs(self) -> dict[str, int]:
+        """The version of the engine's job file for each workload."""
+        return {w: job_version(self.device.engine, w) for w in self.workloads}
 
     def runner_settings(self, workload: str) -> DeviceSettings:
         return self.device.model_copy(update={"workload": workload})
@@ -76,8 +81,14 @@ def run_sweep(history: History, spec: SweepSpec, on_trial: Callable[[TrialResult
     manifest = json.loads(path.read_text()) if path.exists() else {}
     grid = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
                       params={"per_stratum": spec.per_stratum}).grid
+    if manifest:
+        _same_protocol(spec, manifest)
+        settings = _job_versions(spec, manifest)  # refused unless a changed job file's workload is --remeasure'd
+        if settings != spec.settings():
+            _check_extension(spec, settings, grid)  # only a larger --per-stratum; refused before anything is written
+        _remeasure(spec, manifest, settings)
     if manifest and recorded_settings(manifest) != spec.settings():
-        _extend(history, spec, manifest, grid)  # only a larger --per-stratum; anything else is refused
+        _extend(history, spec, manifest, grid)
     manifest.setdefault("settings", spec.settings())
     manifest.setdefault("started_at", _now())
     manifest.setdefault("campaigns", {})
@@ -122,8 +133,13 @@ def _adopt(history: History, spec: SweepSpec, manifest: dict[str, Any], workload
     """A history without the sweep's campaigns (a fresh clone: history.sqlite is not committed) learns
     the committed measurements of ``workload`` as a campaign's finished trials, in grid order, so the
     sweep measures only what is missing. Each measurement's env says it was adopted, and from where."""
-    table = load_table(spec.out, context={"workload": workload})
-    measured = {**{c: None for c in table.repeats}, **{c: None for c in table.outcomes}}
+    rows = _rows(spec.out / MEASUREMENTS)
+    mine = sum(r[0] == workload for r in rows[1:])
+    if mine:
+        table = load_table(spec.out, context={"workload": workload})
+        measured = {**{c: None for c in table.repeats}, **{c: None for c in table.outcomes}}
+    else:  # measured again after its job file changed (--remeasure), and stopped before it was exported
+        table, measured = None, {}
     order = {config: i for i, config in enumerate(grid)}
     strangers = [c for c in measured if c not in order]
     if strangers:
@@ -131,9 +147,10 @@ def _adopt(history: History, spec: SweepSpec, manifest: dict[str, Any], workload
                          f"(e.g. {dict(strangers[0])}); measure into another --out")
     campaign = Campaign.create(history, campaign_spec(spec, workload, len(grid)))
     objective = Objective("ops_per_s", "max")
-    adopted = {"adopted_from": f"{spec.out.name}/{MEASUREMENTS}", "sha256": table.sha256}
-    metrics = list(table.metrics)
+    adopted = {"adopted_from": f"{spec.out.name}/{MEASUREMENTS}", "sha256": table.sha256 if table else None}
+    metrics = list(table.metrics) if table else []
     for config in sorted(measured, key=order.__getitem__):
+        assert table is not None
         if config in table.repeats:
             ms = [Measurement(Status.SUCCEEDED, {m: float(v) for m, v in zip(metrics, row) if np.isfinite(v)},
                               env=adopted) for row in table.repeats[config]]
@@ -146,10 +163,21 @@ def _adopt(history: History, spec: SweepSpec, manifest: dict[str, Any], workload
             history.add_measurement(trial.id, repeat, m)
         history.finish_trial(trial.id, *objective.outcome(ms))
     manifest["campaigns"][workload] = campaign.id
+    # the time the adopted measurements took: the manifest's, or (written before it kept one per workload)
+    # the workload's share of the rows in the total
+    wall = manifest.get("wall_time_s", {}).get(workload)
+    if wall is None:
+        wall = manifest.get("measured_wall_time_s", 0.0) * mine / max(1, len(rows) - 1)
     manifest.setdefault("adopted", {})[workload] = {"at": _now(), "trials": len(measured), "campaign": campaign.id,
-                                                    "database": history.url}
-    manifest.setdefault("adopted_wall_time_s", manifest.get("measured_wall_time_s", 0.0))
+                                                    "database": history.url, "wall_time_s": wall}
     return campaign
+
+
+def _rows(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return [[]]
+    with open(path, newline="") as f:
+        return list(csv.reader(f)) or [[]]
 
 
 def plan(spec: SweepSpec) -> dict[str, Any]:
@@ -163,28 +191,93 @@ def plan(spec: SweepSpec) -> dict[str, Any]:
     return {"configurations": len(grid), "workloads": list(spec.workloads), "repeats": spec.repeats,
             "benchmark_runs": runs, "benchmark_time_s": runs * spec.device.runtime_s,
             "resumes": sorted(set(manifest.get("campaigns", {})) & set(spec.workloads)),
-            "settings_differ": bool(manifest) and recorded_settings(manifest) != spec.settings(),
+            "settings_differ": bool(manifest) and _settings_after(spec, manifest) != spec.settings(),
+            "jobs_changed": _jobs_changed(spec, manifest) if manifest else [],
             "first": campaign_spec(spec, spec.workloads[0], len(grid))}
 
 
+def _settings_after(spec: SweepSpec, manifest: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return _job_versions(spec, manifest)
+    except ValueError:  # a changed job file not named by --remeasure: the dry run says so (jobs_changed)
+        return recorded_settings(manifest)
+
+
 def recorded_settings(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The settings a manifest records, with those it predates at the values it was measured with."""
-    return {**LEGACY_SETTINGS, **(manifest.get("settings") or {})}
+    """The settings a manifest records, with those it predates at the values it was measured with. A
+    manifest from when job versions were per engine records one number for all its workloads."""
+    settings = {**LEGACY_SETTINGS, **(manifest.get("settings") or {})}
+    if isinstance(settings["jobs"], int):
+        settings["jobs"] = {w: settings["jobs"] for w in settings.get("workloads", ())}
+    return settings
 
 
-def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: list[Any]) -> None:
-    """Grow a sweep to more configurations per stratum: the same seed draws the same configurations
-    first, so the old grid is part of the new one and nothing measured is measured again."""
+def _same_protocol(spec: SweepSpec, manifest: dict[str, Any]) -> None:
+    old = recorded_settings(manifest)["protocol"]
+    if old != PROTOCOL:
+        raise ValueError(f"{spec.out} was measured with measurement protocol {old}; this StoreTune measures with "
+                         f"protocol {PROTOCOL} (README, 'The measurement protocol'), and the two are not mixed: "
+                         "measure into another --out")
+
+
+def _jobs_changed(spec: SweepSpec, manifest: dict[str, Any]) -> list[str]:
+    """The workloads the manifest has measured whose job file has changed since (for the same engine)."""
     old = recorded_settings(manifest)
+    if old["engine"] != spec.device.engine:
+        return []
+    return [w for w, v in spec.jobs().items() if w in manifest.get("campaigns", {}) and old["jobs"].get(w) != v]
+
+
+def _job_versions(spec: SweepSpec, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's settings as they will be once the sweep goes on with today's job files: refused
+    where a measured workload's job file changed and --remeasure does not name it; a workload not yet
+    started simply takes today's version."""
+    old = recorded_settings(manifest)
+    wanted, changed = spec.jobs(), _jobs_changed(spec, manifest)
+    refused = [w for w in changed if w not in spec.remeasure]
+    if refused:
+        what = "; ".join(f"{w} with version {old['jobs'].get(w)} of its job file, this StoreTune's is {wanted[w]}"
+                         for w in refused)
+        raise ValueError(f"{spec.out} measured {what} (JOB_VERSIONS in runners/device/personalities.py says what "
+                         f"changed), and the two are not mixed: --remeasure {','.join(changed)} measures "
+                         f"{'it' if len(changed) == 1 else 'them'} again and keeps the other workloads, or measure "
+                         "into another --out")
+    for w in spec.remeasure:
+        done = [r for r in manifest.get("remeasured", []) if r["workload"] == w and r["jobs"][1] == wanted.get(w)]
+        if w not in changed and not done:  # not a resumed remeasure either
+            raise ValueError(f"--remeasure {w}: " + (
+                f"{w} is not among this sweep's --workloads" if w not in wanted else
+                f"{spec.out} measured {w} with version {wanted[w]} of its job file, today's: nothing to measure again "
+                "(a changed job file needs its version raised in JOB_VERSIONS, runners/device/personalities.py)"))
+    if old["engine"] != spec.device.engine:
+        return old
+    return {**old, "jobs": {**old["jobs"], **wanted}}
+
+
+def _remeasure(spec: SweepSpec, manifest: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Each workload whose job file changed is measured again from its first configuration (a new
+    campaign); the other workloads' measurements stay. Its old rows leave measurements.csv at once (git
+    keeps them), so that a fresh clone resuming the sweep cannot adopt them into the new version."""
+    changed = _jobs_changed(spec, manifest)
+    if changed and (spec.out / MEASUREMENTS).exists():
+        rows = _rows(spec.out / MEASUREMENTS)
+        with open(spec.out / MEASUREMENTS, "w", newline="") as f:
+            csv.writer(f).writerows([rows[0], *(r for r in rows[1:] if r[0] not in changed)])
+    old = recorded_settings(manifest)
+    for w in changed:
+        manifest.setdefault("remeasured", []).append({
+            "at": _now(), "workload": w, "jobs": [old["jobs"].get(w), settings["jobs"][w]],
+            "replaced_campaign": manifest["campaigns"].pop(w), "database": manifest.get("database"),
+            "wall_time_s": manifest.get("wall_time_s", {}).pop(w, None), "command": " ".join(spec.command)})
+        manifest.get("adopted", {}).pop(w, None)
+    if changed or old["jobs"] != settings["jobs"]:
+        manifest["settings"] = {**manifest.get("settings", {}), "jobs": settings["jobs"]}
+        _save(spec.out / "manifest.json", manifest)
+
+
+def _check_extension(spec: SweepSpec, old: dict[str, Any], grid: list[Any]) -> None:
+    """Only a larger --per-stratum extends a sweep: the same seed draws the same configurations first."""
     wanted = spec.settings()
-    if old["protocol"] != wanted["protocol"]:
-        raise ValueError(f"{spec.out} was measured with measurement protocol {old['protocol']}; this StoreTune "
-                         f"measures with protocol {wanted['protocol']} (README, 'The measurement protocol'), and the "
-                         "two are not mixed: measure into another --out")
-    if old["jobs"] != wanted["jobs"] and old["engine"] == wanted["engine"]:
-        raise ValueError(f"{spec.out} was measured with version {old['jobs']} of {old['engine']}'s job files; this "
-                         f"StoreTune's are version {wanted['jobs']} (JOB_VERSIONS in runners/device/personalities.py "
-                         "says what changed), and the two are not mixed: measure into another --out")
     if {k: v for k, v in old.items() if k != "per_stratum"} != {k: v for k, v in wanted.items() if k != "per_stratum"} \
             or wanted["per_stratum"] <= old.get("per_stratum", 0):
         raise ValueError(f"{spec.out} holds a sweep with other settings ({old}); choose another --out, repeat that "
@@ -193,25 +286,37 @@ def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: l
                           params={"per_stratum": old["per_stratum"]}).grid
     if not set(previous) <= set(grid):
         raise ValueError(f"{spec.out}: the larger grid does not contain the measured one; measure it into another --out")
+
+
+def _extend(history: History, spec: SweepSpec, manifest: dict[str, Any], grid: list[Any]) -> None:
+    """Grow a sweep to more configurations per stratum: the old grid is part of the new one, and nothing
+    measured is measured again."""
+    old = recorded_settings(manifest)
+    _check_extension(spec, old, grid)
     for workload, campaign_id in manifest["campaigns"].items():
         if _holds(history, campaign_id, spec, workload):  # one this history lacks is adopted at the new size
             history.extend_campaign(campaign_id, len(grid), {"per_stratum": spec.per_stratum})
     manifest.setdefault("extended", []).append({"at": _now(), "per_stratum": [old["per_stratum"], spec.per_stratum],
                                                 "command": " ".join(spec.command)})
-    manifest["settings"] = wanted
+    manifest["settings"] = spec.settings()
 
 
 def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
     """measurements.csv in the long format, and the manifest of how, where and when."""
     space = load_space(spec.space)
-    rows, measured_s, env, valid = [], 0.0, {}, set()
+    rows, env, valid = [], {}, set()
+    # in the order of the sweep's workloads (one measured again after a job change was created last)
+    manifest["campaigns"] = {w: manifest["campaigns"][w] for w in sorted(
+        manifest["campaigns"], key=lambda w: (spec.workloads + tuple(manifest["campaigns"])).index(w))}
+    # the time each workload's measurements took: measured in this history, plus what adopted ones took
+    wall = {w: manifest.get("adopted", {}).get(w, {}).get("wall_time_s", 0.0) for w in manifest["campaigns"]}
     for workload, campaign_id in manifest["campaigns"].items():
         for t in history.trials(campaign_id, measurements=True):
             if t.status == Status.STALE.value:
                 continue
             adopted = any("adopted_from" in m.env for m in t.measurements)
-            if t.started_at and t.finished_at and not adopted:  # adopted trials' time is adopted_wall_time_s
-                measured_s += (t.finished_at - t.started_at).total_seconds()
+            if t.started_at and t.finished_at and not adopted:
+                wall[workload] += (t.finished_at - t.started_at).total_seconds()
             if t.status == Status.SUCCEEDED.value:
                 valid.add(t.config_hash)
             for repeat, m in enumerate(t.measurements):
@@ -230,7 +335,8 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
         "metrics": DIRECTIONS,
         "context": ["workload"],
         "finished_at": _now(),
-        "measured_wall_time_s": round(measured_s + manifest.get("adopted_wall_time_s", 0.0), 1),
+        "measured_wall_time_s": round(sum(wall.values()), 1),
+        "wall_time_s": {w: round(t, 1) for w, t in wall.items()},
         "rows": len(rows),
         "valid_configurations": len(valid),
         "how": {
@@ -239,7 +345,7 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
             f"pair, seed {spec.seed}", "fileset_mib": spec.device.fileset_mib,
             "page_cache": "the files laid out, written back and dropped from the page cache before every timed run",
             "mkfs": "ext3/ext4 with lazy_itable_init=0,lazy_journal_init=0",
-            "protocol": PROTOCOL, "jobs": JOB_VERSIONS[spec.device.engine],
+            "protocol": PROTOCOL, "jobs": spec.jobs(),
             "warmup_runs": spec.device.warmup_runs,
         },
         "where": manifest.get("where") if not env else {
@@ -250,6 +356,7 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
                                               "btrfs_progs") if env.get(k)},
         },
     })
+    manifest.pop("adopted_wall_time_s", None)  # kept per workload now (in "adopted")
     path = spec.out / "manifest.json"
     _save(path, manifest)
     # repeat noise of each workload's objective, read back from the dataset as a user of it reads it

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runners.device.personalities import JOB_VERSIONS, Personality, filebench_wml, fio_job
+from runners.device.personalities import Personality, filebench_wml, fio_job, job_version
 from runners.device.shell import CommandFailed, Shell
 
 ENGINES = ("fio", "filebench")
@@ -256,4 +256,4 @@ def parse_filebench(stdout: str, stderr: str = "") -> dict[str, float]:
 
 def engine_env(p: Personality, engine: str) -> dict[str, Any]:
     return {"engine": engine, "personality": p.name, "nfiles": p.nfiles, "fileset_bytes": p.fileset_bytes,
-            "jobs": JOB_VERSIONS[engine], "free_space_watch_s": FREE_SPACE_WATCH_S}
+            "jobs": job_version(engine, p.name), "free_space_watch_s": FREE_SPACE_WATCH_S}

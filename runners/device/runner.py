@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from runners.base import LOOP_SLOT, Direction, Measurement, RunnerBase, Status, Workload, device_resource
 from runners.device.engines import EngineOutputError, engine_env, engine_version, run_filebench, run_fio
 from runners.device.filesystems import MKFS, build
-from runners.device.personalities import JOB_VERSIONS, MIB, device_bytes_needed, personality
+from runners.device.personalities import MIB, device_bytes_needed, job_version, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
 from runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
 from runners.device.target import (
@@ -88,7 +88,8 @@ class DeviceRunner(RunnerBase):
                 self._check_room(device, self.target().describe().get("device_size_bytes"))
         # a job version joins the workload's fingerprint only past 1: campaigns started before versions
         # existed (Filebench's, whose job files never changed) keep their fingerprint and resume
-        jobs = {"jobs": JOB_VERSIONS[engine]} if JOB_VERSIONS[engine] != 1 else {}
+        version = job_version(engine, workload)
+        jobs = {"jobs": version} if version != 1 else {}
         self.workload = Workload(engine, workload, {
             "runtime_s": runtime_s, "fileset_mib": fileset_mib, "nfiles": self.personality.nfiles,
             "nthreads": self.personality.nthreads, "filesize": self.personality.filesize, "protocol": PROTOCOL,
