@@ -413,18 +413,19 @@ def test_a_run_that_would_fill_the_file_system_is_refused_before_it_starts(loop_
 
 
 def test_a_job_version_past_1_joins_the_workload_fingerprint(loop_dir, monkeypatch):
-    """fio's job files are at version 2 (varmail changed): its campaigns' fingerprints say so. Filebench's
+    """fio's job files are at version 2, varmail's at 3: its campaigns' fingerprints say so. Filebench's
     never changed, so its workload is the one recorded before versions existed, and those campaigns resume."""
     from runners.device.personalities import JOB_VERSIONS
 
     from runners.device.personalities import PERSONALITIES
 
     fio, fb = runner(loop_dir, dry_run=True), runner(loop_dir, engine="filebench", dry_run=True)
-    assert set(JOB_VERSIONS["fio"].values()) == {2} and set(JOB_VERSIONS["filebench"].values()) == {1}
+    assert JOB_VERSIONS["fio"] == {"fileserver": 2, "varmail": 3, "webserver": 2, "oltp": 2}
+    assert set(JOB_VERSIONS["filebench"].values()) == {1}
     assert all(set(JOB_VERSIONS[e]) == set(PERSONALITIES) for e in JOB_VERSIONS)  # one per personality
-    assert fio.workload.params["jobs"] == 2
-    monkeypatch.setitem(JOB_VERSIONS["fio"], "varmail", 3)  # versions are per personality
-    assert runner(loop_dir, dry_run=True).workload.params["jobs"] == 3
+    assert fio.workload.params["jobs"] == 3
+    monkeypatch.setitem(JOB_VERSIONS["fio"], "varmail", 4)  # versions are per personality
+    assert runner(loop_dir, dry_run=True).workload.params["jobs"] == 4
     assert runner(loop_dir, workload="oltp", dry_run=True).workload.params["jobs"] == 2
     assert set(fb.workload.params) == {"runtime_s", "fileset_mib", "nfiles", "nthreads", "filesize", "protocol"}
     assert leftovers(loop_dir) == NOTHING

@@ -115,6 +115,18 @@ def test_fio_reports_are_summed_over_directions(name):
     assert metrics["lat_mean_us"] == pytest.approx(mean)
 
 
+def test_reads_that_verify_each_write_inline_are_counted_over_the_run():
+    """fio's varmail reads each write back (verify_backlog=1); fio rates those reads over the time spent
+    reading alone (8.8 M/s here), so they are counted over the writes' runtime: one read per write."""
+    text = (FIO / "varmail-verify.json").read_text()
+    job = json.loads(text)["jobs"][0]
+    assert job["read"]["iops"] > 1e6 and job["read"]["total_ios"] == job["write"]["total_ios"]
+    metrics = parse_fio(text)
+    assert metrics["read_ops_per_s"] == pytest.approx(metrics["write_ops_per_s"], rel=0.01)
+    assert metrics["ops_per_s"] == pytest.approx(2 * job["write"]["total_ios"] / (job["write"]["runtime"] / 1000))
+    assert metrics["read_mb_per_s"] == pytest.approx(metrics["write_mb_per_s"], rel=0.01)
+
+
 def test_fio_notes_before_the_json_are_skipped_and_garbage_is_an_error():
     text = "note: both iodepth >= 1 and synchronous I/O engine are selected\n" + (FIO / "oltp.json").read_text()
     assert parse_fio(text)["ops_per_s"] > 0
