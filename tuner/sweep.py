@@ -261,6 +261,10 @@ def _remeasure(spec: SweepSpec, manifest: dict[str, Any], settings: dict[str, An
     changed = _jobs_changed(spec, manifest)
     if changed and (spec.out / MEASUREMENTS).exists():
         rows = _rows(spec.out / MEASUREMENTS)
+        if "wall_time_s" not in manifest:  # written before it kept one per workload: shares of the total by rows
+            counts = {w: sum(r[0] == w for r in rows[1:]) for w in manifest["campaigns"]}
+            total = manifest.get("measured_wall_time_s", 0.0)
+            manifest["wall_time_s"] = {w: total * n / max(1, len(rows) - 1) for w, n in counts.items()}
         with open(spec.out / MEASUREMENTS, "w", newline="") as f:
             csv.writer(f).writerows([rows[0], *(r for r in rows[1:] if r[0] not in changed)])
     old = recorded_settings(manifest)
