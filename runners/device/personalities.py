@@ -62,7 +62,9 @@ What changed, and why (measurement protocol 2, issue 16):
   page reads as whole 16 KiB files, with and without fio's cache invalidation between passes, and its log
   writers paced to 64 MiB a run (-0.25, 0.39 and 0.22 against the old job's 0.56); fileserver with
   invalidate=0 (0.83 on 20 configurations, as the committed version-2 measurements of the same 20: fio's
-  whole-file reads then hit the page cache as Filebench's do, and every file system gains alike).
+  whole-file reads then hit the page cache as Filebench's do, and every file system gains alike); varmail
+  version 3 with two 16 KiB appends per 32 KiB file, as Filebench's second append grows a file (0.64 on 30
+  configurations against version 3's 0.74 on the same 30: ext2 still trails the journalled file systems).
 - What a run may occupy is known (space_needed): the device runner refuses a device too small for it
   before it starts. Filebench's webserver appends to its log without bound (90-100 MiB/s on a loop
   device here), so a 10 s run of it needs about 1.6 GiB. Filebench's fileserver on xfs is not refused:
