@@ -163,14 +163,20 @@ def _adopt(history: History, spec: SweepSpec, manifest: dict[str, Any], workload
             history.add_measurement(trial.id, repeat, m)
         history.finish_trial(trial.id, *objective.outcome(ms))
     manifest["campaigns"][workload] = campaign.id
-    # the time the adopted measurements took: the manifest's, or (written before it kept one per workload)
-    # the workload's share of the rows in the total
-    wall = manifest.get("wall_time_s", {}).get(workload)
-    if wall is None:
-        wall = manifest.get("measured_wall_time_s", 0.0) * mine / max(1, len(rows) - 1)
     manifest.setdefault("adopted", {})[workload] = {"at": _now(), "trials": len(measured), "campaign": campaign.id,
-                                                    "database": history.url, "wall_time_s": wall}
+                                                    "database": history.url,
+                                                    "wall_time_s": _wall_time(manifest, workload, rows)}
     return campaign
+
+
+def _wall_time(manifest: dict[str, Any], workload: str, rows: list[list[str]]) -> float:
+    """The time the dataset's measurements of ``workload`` took: the manifest's, or (written before it kept
+    one per workload) the workload's share of the total by its rows in measurements.csv."""
+    known = manifest.get("wall_time_s", {}).get(workload)
+    if known is not None:
+        return known
+    mine = sum(r[0] == workload for r in rows[1:])
+    return manifest.get("measured_wall_time_s", 0.0) * mine / max(1, len(rows) - 1)
 
 
 def _rows(path: Path) -> list[list[str]]:
@@ -261,10 +267,7 @@ def _remeasure(spec: SweepSpec, manifest: dict[str, Any], settings: dict[str, An
     changed = _jobs_changed(spec, manifest)
     if changed and (spec.out / MEASUREMENTS).exists():
         rows = _rows(spec.out / MEASUREMENTS)
-        if "wall_time_s" not in manifest:  # written before it kept one per workload: shares of the total by rows
-            counts = {w: sum(r[0] == w for r in rows[1:]) for w in manifest["campaigns"]}
-            total = manifest.get("measured_wall_time_s", 0.0)
-            manifest["wall_time_s"] = {w: total * n / max(1, len(rows) - 1) for w, n in counts.items()}
+        manifest["wall_time_s"] = {w: _wall_time(manifest, w, rows) for w in manifest["campaigns"]}  # rows go next
         with open(spec.out / MEASUREMENTS, "w", newline="") as f:
             csv.writer(f).writerows([rows[0], *(r for r in rows[1:] if r[0] not in changed)])
     old = recorded_settings(manifest)
@@ -310,8 +313,8 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
     space = load_space(spec.space)
     rows, env, valid = [], {}, set()
     # in the order of the sweep's workloads (one measured again after a job change was created last)
-    manifest["campaigns"] = {w: manifest["campaigns"][w] for w in sorted(
-        manifest["campaigns"], key=lambda w: (spec.workloads + tuple(manifest["campaigns"])).index(w))}
+    campaigns = manifest["campaigns"]
+    manifest["campaigns"] = {**{w: campaigns[w] for w in spec.workloads if w in campaigns}, **campaigns}
     # the time each workload's measurements took: measured in this history, plus what adopted ones took
     wall = {w: manifest.get("adopted", {}).get(w, {}).get("wall_time_s", 0.0) for w in manifest["campaigns"]}
     for workload, campaign_id in manifest["campaigns"].items():
