@@ -64,7 +64,11 @@ What changed, and why (measurement protocol 2, issue 16):
   invalidate=0 (0.83 on 20 configurations, as the committed version-2 measurements of the same 20: fio's
   whole-file reads then hit the page cache as Filebench's do, and every file system gains alike); varmail
   version 3 with two 16 KiB appends per 32 KiB file, as Filebench's second append grows a file (0.64 on 30
-  configurations against version 3's 0.74 on the same 30: ext2 still trails the journalled file systems).
+  configurations against version 3's 0.74 on the same 30: ext2 still trails the journalled file systems);
+  webserver's log writers coupled to its page readers by fio's flow control (every thread flow=1 in one
+  flow_id, so ten page reads per 16 KiB append as in a Filebench thread, flow_sleep=50): 0.20 against
+  Filebench on 12 configurations, interleaved with version 2 (0.47) and Filebench itself, whose two runs
+  agreed at 0.74 (2026-11-24, alone on the VM); fio's ops/s halved and its median CV rose (8.8% against 5.9%).
 - What a run may occupy is known (space_needed): the device runner refuses a device too small for it
   before it starts. Filebench's webserver appends to its log without bound (90-100 MiB/s on a loop
   device here), so a 10 s run of it needs about 1.6 GiB. Filebench's fileserver on xfs is not refused:
