@@ -50,7 +50,12 @@ What changed, and why (measurement protocol 2, issue 16):
   committed measurements of the same 20 give 0.74 with another best; invalidate=0 alone gave 0.54. Over
   all 70 (the v3 sweep's varmail measured again) it is 0.71 with another best, as version 2 was: within
   ext3, ext4 and xfs it agrees far better (0.83-0.87 against 0.49-0.64), but fio still puts ext2 mid-table
-  where Filebench puts it first, for a reason not yet found.
+  where Filebench puts it first. The reason (per-operation latencies, ARCHITECTURE.md): Filebench's ext2
+  wins by its deletes, creates, appends and reads, which wait on the journal elsewhere (ext3 data=writeback
+  0.8 ms a delete against ext2's 0.06), not by its fsyncs; fio creates and unlinks in bursts outside its
+  timed I/O and counts no namespace operation, so it times ext2's uncommitted fsyncs (1.0-2.6 ms against
+  ext3's 0.4). One file per thread, so that each pass creates, writes, fsyncs, reads back and unlinks one
+  mail, lifted ext2 but lost the order inside each file system: 0.68 over the 70 against 0.73 (not adopted).
 - fio's varmail (job version 2): before, it only read and overwrote existing files with fsync, and ranked 10
   configurations across the five file systems at Spearman 0.67 against Filebench with another best
   (Filebench's ext2, without a journal, is far ahead: its creates, deletes and allocating appends cost a
