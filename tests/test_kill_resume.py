@@ -116,8 +116,11 @@ def test_ctrl_c_during_tune_says_how_to_resume(tmp_path: Path):
     args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
             "--metric", "throughput_ops", "--budget", "60", "--db", db]
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_SLEEP": "0.3"}
+    # as a terminal's foreground job: a test run started in the background (`make test &`) has SIGINT
+    # ignored, the child inherits that, and Python then leaves Ctrl-C ignored, as every Unix program should
     proc = subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started = time.monotonic()
     while "SUCCEEDED" not in (seen := statuses(path)) and time.monotonic() < started + 60:
         time.sleep(0.05)
