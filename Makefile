@@ -5,8 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared
 DEMO_DB ?= results/demo.sqlite
-# The largest of StoreTune's own datasets; the others (datasets/README.md) are chunks still growing.
-DEMO_DATASET ?= datasets/loop-storage-v2
+# The largest of StoreTune's own datasets (datasets/README.md says how each was measured).
+DEMO_DATASET ?= datasets/loop-storage-v3
 # Debian packages of the device runner: fio, the mkfs tools, and a C compiler with liburing for the trace replayer.
 APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs gcc liburing-dev
 # Debian packages the test suite needs: those, a real PostgreSQL for the PostgreSQL history path, and
