@@ -2,7 +2,9 @@
 
 skopt's ``Optimizer`` keeps the observations and fits the surrogate on every tell: a Gaussian
 process (scikit-learn's, whose predictive variance is cheap) with a Matern 5/2 kernel over the
-space's [0, 1] encoding, plus a noise term, fitted to the warped loss (see ``Tuner.warp``).
+space's [0, 1] encoding, plus a noise term, fitted to the warped loss (see ``Tuner.warp``), its
+length scales bounded below by ``min_length_scale`` (at 0.01 they collapsed and BO got stuck); or
+skopt's extra trees / random forest (``surrogate``), slower but indifferent to the encoding.
 Two choices keep an ask+tell within tens of milliseconds at 200 observations (measured by
 bench/compare_algorithms.py):
 - the kernel hyperparameters are re-fitted only when the data have grown by ``refit_growth``
@@ -44,6 +46,11 @@ class Params:
     kappa: Annotated[float, Field(ge=0)] = 1.96  # exploration of LCB
     refit_growth: Annotated[float, Field(ge=1)] = 1.25
     random_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0  # share of asks answered by a random candidate (SMAC's interleaving)
+    surrogate: Literal["gp", "et", "rf"] = "gp"  # Gaussian process, or extra trees / random forest (SMAC)
+    trees: Annotated[int, Field(ge=2)] = 50  # of the tree surrogates
+    # the kernel's shortest length scale on the [0, 1] encoding: below it, options collapse to a lookup
+    # table and EI picks what is farthest from the data (ARCHITECTURE.md, "lessons")
+    min_length_scale: Annotated[float, Field(gt=0, le=1)] = 0.3
 
 
 class BayesianOptimization(Tuner):
@@ -56,7 +63,7 @@ class BayesianOptimization(Tuner):
             raise ValueError(f"bo:acq={self.params.acq!r}: choose EI, PI or LCB")
         width = space.width
         self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
-            length_scale=np.ones(width), length_scale_bounds=(1e-2, 1e2), nu=2.5
+            length_scale=np.ones(width), length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
         ) + WhiteKernel(1e-2, (1e-6, 1e0))
         self._optimizer = Optimizer(
             [Real(0.0, 1.0) for _ in range(width)],
@@ -77,7 +84,12 @@ class BayesianOptimization(Tuner):
             self._unmeasured = np.ones(len(self._members), dtype=bool)
         self._neighbours: dict[Config, list[Config]] = {}
 
-    def _estimator(self, fit_hyperparameters: bool) -> GaussianProcessRegressor:
+    def _estimator(self, fit_hyperparameters: bool) -> Any:
+        if self.params.surrogate != "gp":
+            from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
+
+            forest = ExtraTreesRegressor if self.params.surrogate == "et" else RandomForestRegressor
+            return forest(n_estimators=self.params.trees, min_samples_leaf=3, random_state=self.seed)
         return GaussianProcessRegressor(
             kernel=self._kernel,
             normalize_y=True,
@@ -99,11 +111,12 @@ class BayesianOptimization(Tuner):
             y = self.warp(observation.loss)
         n = len(self._optimizer.yi) + 1
         refit = n >= self.params.initial_points and n >= self._fitted_at * self.params.refit_growth
-        self._optimizer.base_estimator_ = self._estimator(fit_hyperparameters=refit)
+        if self.params.surrogate == "gp":
+            self._optimizer.base_estimator_ = self._estimator(fit_hyperparameters=refit)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             self._optimizer.tell(list(self.space.encode(observation.config)), y)
-        if refit and self._optimizer.models:
+        if refit and self._optimizer.models and self.params.surrogate == "gp":
             self._kernel = self._optimizer.models[-1].kernel_
             self._fitted_at = n
 
