@@ -1,15 +1,20 @@
-"""Benchmark: StoreTune's five algorithms against Optuna's TPE on exhaustive tables.
+"""Benchmark: StoreTune's algorithms against Optuna's TPE on exhaustive tables.
 
     .venv/bin/pip install -e '.[bench]'       # Optuna, the peer
-    .venv/bin/python bench/compare_algorithms.py [--seeds 100] [--budget 200] [--datasets bdbc,sql]
+    .venv/bin/python bench/compare_algorithms.py [--seeds 100] [--budget 200] [--datasets bdbc,7z,own]
 
-For every dataset it prints, per algorithm: the median evaluations to a near-optimal configuration
-(within 1% of the table's best mean), the success rate at 50/100/200 evaluations, and the mean
-ask+tell time over the last 10 of 200 observations. Then the ratio of our best algorithm's median to
-TPE's, with a paired bootstrap 95% confidence interval over the seeds; where a median is censored
-(a majority of seeds never succeeded), the ratio of success rates at the budget (TPE's / ours), so
-that below 1 always means "ours needs fewer evaluations". And the wall time of the whole comparison of
-our five algorithms, against the target of 10 minutes for 100 seeds x 200 evaluations on BDBC.
+Every table of ../shared/datasets/moot_configs (SS-A, SS-J and SS-O on one of their two objectives),
+the ATC'18 subset and the four workloads of datasets/loop-storage-v2 (`own`; `own-all` for every dataset
+in datasets/); a path names a table of your own or a folder of them (bench/synthetic_tables.py).
+For each table: the near-optimal threshold, chosen so that 0.1% to 1% of its
+configurations are near-optimal (1% of the best where that already holds), then per algorithm the
+median evaluations to a near-optimal configuration with the IQR, the success rate at 50/100/200
+evaluations against random search's exact curve, and the mean ask+tell time over the last 10
+evaluations. Then the default algorithm's median over TPE's (and our post-hoc best's), with a paired
+bootstrap 95% interval over the seeds; where a median is censored (most seeds never succeeded), the
+ratio of success rates at the budget (TPE's / ours), so that below 1 always means "ours needs fewer
+evaluations". At the end, the geometric mean of the ratios across tables, and the wall time of our
+five algorithms on BDBC (target: 10 minutes for 100 seeds x 200 evaluations).
 A table smaller than --budget is compared with the whole table as the budget.
 """
 
@@ -28,26 +33,46 @@ sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import be
 
 from runners import make_runner  # noqa: E402
 from tuner.compare import Comparison, CompareSpec, Variant  # noqa: E402
+from tuner.convergence import near_optimal, within_for_share  # noqa: E402
 from tuner.executor import ProcessExecutor  # noqa: E402
 from tuner.history import History  # noqa: E402
-from tuner.registry import register  # noqa: E402
+from tuner.objective import Objective  # noqa: E402
+from tuner.registry import DEFAULT_ALGORITHM, register  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "datasets"
+MOOT = SHARED / "moot_configs"
+
+
+def _moot(name: str, metric: str | None = None) -> dict:
+    return {"dataset": [str(MOOT / f"{name}.csv")], **({"metric": metric} if metric else {})}
+
+
 DATASETS = {
-    "bdbc": ({"dataset": [str(SHARED / "moot_configs/BDBC.csv")]}, "BDBC"),
-    "postgresql": ({"dataset": [str(SHARED / "moot_configs/PostgreSQL.csv")]}, "PostgreSQL"),
-    "sql": ({"dataset": [str(SHARED / "moot_configs/SQL_AllMeasurements.csv")]}, "SQL_AllMeasurements"),
+    "bdbc": (_moot("BDBC"), "BDBC"),
+    "postgresql": (_moot("PostgreSQL"), "PostgreSQL"),
+    "sql": (_moot("SQL_AllMeasurements"), "SQL_AllMeasurements"),
+    "7z": (_moot("7z"), "7z"),
+    "apache": (_moot("Apache_AllMeasurements"), "Apache"),
+    "hsmgp": (_moot("HSMGP_num"), "HSMGP"),
+    "llvm": (_moot("LLVM"), "LLVM"),
+    "x264": (_moot("X264_AllMeasurements"), "X264"),
+    "ss-a": (_moot("SS-A", "Latency"), "SS-A, latency"),
+    "ss-j": (_moot("SS-J", "Throughput"), "SS-J, throughput"),
+    "ss-o": (_moot("SS-O", "Performance"), "SS-O, time"),
     "atc18": ({"dataset": [str(SHARED / "cao_atc18_subset")], "context": {"workload_id": 4, "disk_type": 3}},
               "ATC'18 subset, workload 4, SSD"),
 }
 OURS = "random,sa,ga,bo,dqn"
+SEARCHERS = ("sa", "ga", "bo")  # each must beat random search's exact success curve
 PEER = "optuna-tpe"
 
 
-def own_datasets() -> dict[str, tuple[dict, str]]:
-    """The project's own measured datasets, each pinned to each workload it holds."""
+def own_datasets(names: tuple[str, ...] | None = None) -> dict[str, tuple[dict, str]]:
+    """The project's own measured datasets (those named, or all), each pinned to each workload it holds."""
     out = {}
     for manifest in sorted((ROOT / "datasets").glob("*/manifest.json")):
+        if names is not None and manifest.parent.name not in names:
+            continue
         if not (manifest.parent / "measurements.csv").exists():
             continue  # a sweep still measuring
         data = json.loads(manifest.read_text())
@@ -78,13 +103,40 @@ def paired_ratio(ours: np.ndarray, peer: np.ndarray, budget: int, rng: np.random
     return ("success-rate ratio" if censored else "median ratio"), point, float(low), float(high)
 
 
-def run(history: History, settings: dict, variants: str, args: argparse.Namespace, budget: int) -> tuple[dict, float]:
+def run(history: History, settings: dict, variants: str, args: argparse.Namespace, budget: int,
+        within: float) -> tuple[dict, float]:
     spec = CompareSpec(runner_settings=settings, variants=tuple(Variant.parse_list(variants)),
-                       seeds=args.seeds, budget=budget, within=0.99)
+                       seeds=args.seeds, budget=budget, within=within, metric=settings.get("metric"))
     comparison = Comparison.create(history, spec)
     started = time.perf_counter()
     results = comparison.run(ProcessExecutor(args.workers))
     return results, time.perf_counter() - started
+
+
+def threshold(settings: dict) -> tuple[float, int, int]:
+    """The table's near-optimal threshold (0.1% to 1% of it near-optimal), the count and the size."""
+    runner = make_runner("dataset", settings)
+    objective = Objective.resolve(runner.metrics(), settings.get("metric"), None)
+    means = runner.table.means(objective.metric)
+    within = within_for_share(means, objective.direction)
+    return within, len(near_optimal(means, objective.direction, within)), runner.space.cardinality()
+
+
+def chosen_tables(spec: str) -> dict[str, tuple[dict, str]]:
+    chosen: dict[str, tuple[dict, str]] = {}
+    for name in filter(None, spec.split(",")):
+        if name == "own":
+            chosen.update(own_datasets(("loop-storage-v2",)))
+        elif name == "own-all":
+            chosen.update(own_datasets())
+        elif name in DATASETS:
+            chosen[name] = DATASETS[name]
+        elif Path(name).exists():  # a table of your own, or a folder of them (bench/synthetic_tables.py)
+            paths = sorted(Path(name).glob("*.csv")) if Path(name).is_dir() else [Path(name)]
+            chosen.update({p.stem: ({"dataset": [str(p)]}, p.stem) for p in paths})
+        else:
+            sys.exit(f"unknown table {name!r}; known: {', '.join(DATASETS)}, own, own-all, or a CSV or folder")
+    return chosen
 
 
 def main() -> None:
@@ -93,45 +145,77 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--datasets", default=",".join(DATASETS) + ",own")
+    parser.add_argument("--algorithms", default=OURS, help="ours, as `storetune compare --algorithms` takes them")
+    parser.add_argument("--default", default=DEFAULT_ALGORITHM,
+                        help="the algorithm whose ratio to TPE is the target (tune's default)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench")
     args = parser.parse_args()
     register(PEER, "bench.optuna_tpe:OptunaTPE")
     args.out.mkdir(parents=True, exist_ok=True)
     history = History(f"sqlite:///{args.out / 'bench.sqlite'}")
-    chosen = {}
-    for name in args.datasets.split(","):
-        chosen.update(own_datasets() if name == "own" else {name: DATASETS[name]})
+    ours_labels = [v.label for v in Variant.parse_list(args.algorithms)]
+    if args.default not in ours_labels:
+        sys.exit(f"--default {args.default} is not among --algorithms {args.algorithms}")
     report = {}
     rng = np.random.default_rng(0)
-    for key, (settings, title) in chosen.items():
-        size = make_runner("dataset", **settings).space.cardinality()
+    for key, (settings, title) in chosen_tables(args.datasets).items():
+        within, near, size = threshold(settings)
         budget = min(args.budget, size)  # a small table: the budget is the whole table
         marks = [k for k in (50, 100, 200) if k < budget] + [budget]
-        ours, ours_s = run(history, settings, OURS, args, budget)
-        peer, peer_s = run(history, settings, PEER, args, budget)
+        ours, ours_s = run(history, settings, args.algorithms, args, budget, within)
+        peer, peer_s = run(history, settings, PEER, args, budget, within)
         algorithms = {**ours["algorithms"], **peer["algorithms"]}
-        print(f"\n== {title}: {ours['near_optimal']} near-optimal of {ours['configurations']} "
-              f"({100 * ours['near_optimal_share']:.2f}%), {args.seeds} seeds x {budget} evaluations")
-        print(f"{'algorithm':<12}{'median evals (IQR)':>22}{'censored':>10}"
-              + "".join(f"{'success@' + str(k):>13}" for k in marks) + f"{'ask+tell ms @' + str(budget):>18}")
+        random_exact = ours["random_expected_success_at"]
+        print(f"\n== {title}: near-optimal = within {within:.5g} of the best: {near} of {size} "
+              f"({100 * near / size:.2f}%); {args.seeds} seeds x {budget} evaluations")
+        print(f"{'algorithm':<14}{'median evals (IQR)':>22}{'censored':>10}"
+              + "".join(f"{'success@' + str(k):>13}" for k in marks) + f"{'vs random':>11}"
+              + f"{'ask+tell ms @' + str(budget):>18}")
         for label, a in algorithms.items():
             iqr = f"{a['median_evals_to_near_optimal']:g} ({a['evals_p25']:g}-{a['evals_p75']:g})"
-            print(f"{label:<12}{iqr:>22}{a['censored']:>10}"
-                  + "".join(f"{a['success_at'][k - 1]:>13.2f}" for k in marks) + f"{a['ask_tell_ms_at_budget']:>18.2f}")
-        random_exact = ours["random_expected_success_at"]
-        print(f"{'(random, exact)':<12}{'':>32}" + "".join(f"{random_exact[k - 1]:>13.2f}" for k in marks))
+            versus = a["success_at_budget"] - random_exact[budget - 1]
+            print(f"{label:<14}{iqr:>22}{a['censored']:>10}"
+                  + "".join(f"{a['success_at'][k - 1]:>13.2f}" for k in marks) + f"{versus:>+11.2f}"
+                  + f"{a['ask_tell_ms_at_budget']:>18.2f}")
+        print(f"{'(random, exact)':<14}{'':>32}" + "".join(f"{random_exact[k - 1]:>13.2f}" for k in marks))
+        tpe = np.array(peer["algorithms"][PEER]["evals_to_near_optimal"], float)
         contenders = {k: v for k, v in ours["algorithms"].items() if k != "random"}
-        best = min(contenders, key=lambda k: (contenders[k]["median_evals_to_near_optimal"], -contenders[k]["success_at_budget"]))
-        measure, point, low, high = paired_ratio(np.array(contenders[best]["evals_to_near_optimal"], float),
-                                                 np.array(peer["algorithms"][PEER]["evals_to_near_optimal"], float),
-                                                 budget, rng)
-        print(f"ours/TPE ({best} vs {PEER}, {measure}): {point:.2f}  95% CI [{low:.2f}, {high:.2f}]"
-              f"   (target <= 1.0, aim <= 0.8)")
-        print(f"wall time: our five algorithms {ours_s:.0f} s, TPE {peer_s:.0f} s")
-        report[key] = {"title": title, "ours": ours, "peer": peer, "best": best, "ratio": [measure, point, low, high],
+        best = min(contenders, key=lambda k: (contenders[k]["median_evals_to_near_optimal"],
+                                              -contenders[k]["success_at_budget"]))
+        ratios = {}
+        for role, label in (("default", args.default), ("best", best)):
+            evals = np.array(ours["algorithms"][label]["evals_to_near_optimal"], float)
+            measure, point, low, high = paired_ratio(evals, tpe, budget, rng)
+            ratios[role] = {"algorithm": label, "measure": measure, "ratio": point, "low": low, "high": high}
+            print(f"ours/TPE ({role}: {label}, {measure}): {point:.2f}  95% CI [{low:.2f}, {high:.2f}]")
+        below_random = [s for s in SEARCHERS if s in ours["algorithms"]
+                        and ours["algorithms"][s]["success_at_budget"] <= random_exact[budget - 1]
+                        and budget < size]
+        if below_random:
+            print(f"not above random search's exact success at {budget}: {', '.join(below_random)}")
+        print(f"wall time: ours {ours_s:.0f} s, TPE {peer_s:.0f} s")
+        report[key] = {"title": title, "within": within, "near_optimal": near, "size": size, "budget": budget,
+                       "ours": ours, "peer": peer, "ratios": ratios, "below_random": below_random,
                        "wall_s": {"ours": ours_s, PEER: peer_s}}
         (args.out / "compare_algorithms.json").write_text(json.dumps(report))  # after every dataset
+    summarize(report, args.default)
     print(f"\nwrote {args.out / 'compare_algorithms.json'}")
+
+
+def summarize(report: dict, default: str) -> None:
+    """One line per table, then the geometric mean of the default's ratio to TPE (the target: <= 0.8)."""
+    print(f"\n== {default} against TPE, every table (below 1: fewer evaluations than TPE)")
+    searched = {k: r for k, r in report.items() if r["budget"] < r["size"]}  # else success is 1 for all
+    for key, r in report.items():
+        d = r["ratios"]["default"]
+        note = "" if key in searched else "   (budget = whole table)"
+        print(f"{r['title']:<40}{d['ratio']:>7.2f}  [{d['low']:.2f}, {d['high']:.2f}]  {d['measure']}{note}")
+    finite = [r["ratios"]["default"]["ratio"] for r in report.values()
+              if 0 < r["ratios"]["default"]["ratio"] < float("inf")]
+    if finite:
+        confident = sum(r["ratios"]["default"]["high"] < 1 for r in report.values())
+        print(f"geometric mean over {len(finite)} tables: {float(np.exp(np.mean(np.log(finite)))):.2f} "
+              f"(target <= 0.8); upper end of the interval below 1 on {confident} of {len(report)} (target: half)")
 
 
 if __name__ == "__main__":

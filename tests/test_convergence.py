@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from search_spaces import Config
-from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
+from tuner.convergence import (EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve,
+                                success_curve, within_for_share)
 
 
 def test_near_optimal_in_both_directions():
@@ -16,6 +17,21 @@ def test_near_optimal_in_both_directions():
     assert near_optimal(means, "min", 0.99) == {Config(a=0), Config(a=1)}  # <= 1 / 0.99 = 1.0101
     with pytest.raises(ValueError, match=r"within must be in \(0, 1\]"):
         near_optimal(means, "min", 1.5)
+
+
+@pytest.mark.parametrize("direction", ["min", "max"])
+def test_the_threshold_is_chosen_so_that_a_tenth_to_one_percent_is_near_optimal(direction):
+    rng = np.random.default_rng(3)
+    sign = 1 if direction == "min" else -1
+    crowded = {Config(a=i): 100 + sign * v for i, v in enumerate(rng.random(2000))}  # 1% of the best: ~50%
+    within = within_for_share(crowded, direction)
+    assert within > 0.99 and len(near_optimal(crowded, direction, within)) == 20  # 1% of 2000
+    sparse = {Config(a=i): 100 + sign * v for i, v in enumerate(10_000 * rng.random(2000))}  # 1%: ~0.2 configs
+    within = within_for_share(sparse, direction)
+    assert within < 0.99 and len(near_optimal(sparse, direction, within)) == 2  # 0.1% of 2000
+    # where 1% of the best already admits 0.1% to 1%, the threshold stays there
+    fine = {Config(a=i): 100 + sign * (0 if i < 10 else 5) for i in range(2000)}
+    assert within_for_share(fine, direction) == 0.99
 
 
 def test_success_curve_and_censoring():
