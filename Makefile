@@ -63,13 +63,13 @@ demo: setup
 	  echo "StoreTune has no dataset of its own yet: replaying $$dataset (Berkeley DB C, 2,560 measured configurations)."; \
 	fi; \
 	mkdir -p $$(dirname $(DEMO_DB)); \
-	$(BIN)/storetune tune --runner dataset $$data --budget $$budget --algorithm bo --seed 1 \
+	$(BIN)/storetune tune --runner dataset $$data --budget $$budget --algorithm auto --seed 1 \
 	  --db sqlite:///$(DEMO_DB) --json > results/demo-summary.json || exit 1; \
 	id=$$(tail -n1 results/demo-summary.json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["campaign"])'); \
 	$(BIN)/storetune best $$id --db sqlite:///$(DEMO_DB); \
 	$(BIN)/storetune report $$id --out results/demo-campaign.html --db sqlite:///$(DEMO_DB) || exit 1; \
-	echo "A small offline comparison (random, sa, ga, bo; 10 seeds x 30 evaluations) for its report:"; \
-	cmp=$$($(BIN)/storetune compare $$data --algorithms random,sa,ga,bo --seeds 10 --budget 30 --json \
+	echo "A small offline comparison (random, sa, ga, bo, auto; 10 seeds x 30 evaluations) for its report:"; \
+	cmp=$$($(BIN)/storetune compare $$data --algorithms random,sa,ga,bo,auto --seeds 10 --budget 30 --json \
 	  --db sqlite:///$(DEMO_DB) 2>/dev/null | tail -n1 | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["comparison"])') || exit 1; \
 	$(BIN)/storetune report --comparison $$cmp --out results/demo-comparison.html --db sqlite:///$(DEMO_DB) || exit 1; \
 	echo; \

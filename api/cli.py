@@ -46,7 +46,7 @@ from api.progress import CampaignProgress
 from runners import RUNNERS, Status, make_runner
 from runners.tables import TableWarning
 from search_spaces import Config, format_config, list_spaces, load_space
-from tuner import ALGORITHMS, Campaign, CampaignSpec, CampaignSummary, best_trial
+from tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary, best_trial
 from tuner.analysis import held_out, table_rank
 from tuner.campaign import WARM_STARTS
 from tuner.schema import SchemaError, make_engine, upgrade_schema
@@ -136,7 +136,7 @@ def tune(
     replica_cost_us: Annotated[Optional[float], typer.Option(help="Admission runner: cost_us adds this per "
                                                                   "replica (default 0).")] = None,
     fix: Annotated[list[str], typer.Option(help="Pin a parameter of the space, name=value.")] = [],  # noqa: B006
-    algorithm: Annotated[str, typer.Option(help=f"Search algorithm: {', '.join(ALGORITHMS)}.")] = "random",
+    algorithm: Annotated[str, typer.Option(help=f"Search algorithm: {', '.join(ALGORITHMS)}.")] = DEFAULT_ALGORITHM,
     param: Annotated[list[str], typer.Option(help="Algorithm hyperparameter, name=value.")] = [],  # noqa: B006
     budget: Annotated[int, typer.Option(help="Evaluations to spend.")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of the algorithm and of the measurement noise.")] = 0,

@@ -7,6 +7,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tuner.registry import DEFAULT_ALGORITHM, SEARCH_ALGORITHMS
+
 T = TypeVar("T")
 
 
@@ -30,7 +32,7 @@ class CampaignCreate(BaseModel):
     runner: str = Field(description="dataset, command, device or admission (GET /runners).")
     runner_settings: dict[str, Any] = Field(default_factory=dict,
                                             description="The runner's settings (their schema: GET /runners).")
-    algorithm: str = Field("random", description="GET /algorithms.")
+    algorithm: str = Field(DEFAULT_ALGORITHM, description="GET /algorithms.")
     algorithm_params: dict[str, Any] = Field(default_factory=dict, description="Hyperparameters (GET /algorithms).")
     budget: int = Field(50, ge=1, le=1_000_000, description="Evaluations to spend.")
     seed: int = Field(0, ge=0, lt=2**63)
@@ -146,7 +148,7 @@ class ComparisonCreate(BaseModel):
     dataset: list[str] = Field(min_length=1, description="The exhaustive table(s) to replay.")
     context: dict[str, Any] = Field(default_factory=dict)
     algorithms: list[str | VariantCreate] = Field(
-        default_factory=lambda: ["random", "sa", "ga", "bo", "dqn"], min_length=1,
+        default_factory=lambda: list(SEARCH_ALGORITHMS), min_length=1,
         description="Algorithms, each a name (\"ga\"), \"ga:mutation_rate=0.05\", or {algorithm, params}.")
     seeds: int = Field(20, ge=1, le=1000)
     budget: int = Field(100, ge=1, le=100_000)

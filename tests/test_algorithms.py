@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from conftest import shared
-from runners import make_runner
-from tuner import Campaign, CampaignSpec, History
+from runners import Status, make_runner
+from tuner import Campaign, CampaignSpec, History, make_tuner
 from tuner.compare import Comparison, CompareSpec, Variant
 from tuner.executor import ProcessExecutor
 
-MUST_BEAT_RANDOM = ["ga", "bo", "sa"]
+MUST_BEAT_RANDOM = ["ga", "bo", "sa", "auto"]
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def bdbc_study(tmp_path_factory):
     it does not beat random search at this budget, and bench/compare_algorithms.py reports by how much."""
     db = f"sqlite:///{tmp_path_factory.mktemp('study') / 'h.sqlite'}"
     settings = {"dataset": [str(shared("moot_configs/BDBC.csv"))]}
-    spec = CompareSpec(settings, tuple(Variant.parse_list("random,sa,ga,bo")), seeds=20, budget=200)
+    spec = CompareSpec(settings, tuple(Variant.parse_list("random,sa,ga,bo,auto")), seeds=20, budget=200)
     return Comparison.create(History(db), spec).run(ProcessExecutor(2))
 
 
@@ -50,7 +50,7 @@ def _warm(sqlite_url, algorithm):
     return second.tuner, first.tuner.best.config, summary
 
 
-@pytest.mark.parametrize("algorithm", ["random", "sa", "ga", "bo", "dqn"])
+@pytest.mark.parametrize("algorithm", ["random", "sa", "ga", "bo", "dqn", "auto"])
 def test_warm_start_from_the_same_space_and_workload(sqlite_url, algorithm):
     tuner, best_before, summary = _warm(sqlite_url, algorithm)
     assert len(tuner.observations) == 45  # 40 from the first campaign, 5 of its own
@@ -62,6 +62,9 @@ def test_warm_start_from_the_same_space_and_workload(sqlite_url, algorithm):
         assert len(tuner._optimizer.yi) == 45  # the surrogate was told everything
     if algorithm == "dqn":
         assert tuner.model.replay_buffer.size() > 0  # the replay buffer was pre-filled
+    if algorithm == "auto":  # each member warm-started its own way, and was told the portfolio's own results
+        assert [len(m.observations) for m in tuner.members] == [45, 45, 45]
+        assert tuner.members[1]._seeds[0] == best_before and tuner.members[2]._current is not None
     assert summary.evaluated == 5
 
 
@@ -95,3 +98,61 @@ def test_dqn_environment_is_a_valid_gymnasium_env():
         assert moved is None or runner.space.contains(moved)
     assert env.observation_space.contains(obs)
     assert np.isfinite(env.step(0)[1])
+
+
+def test_auto_asks_more_of_the_member_that_finds_better_configurations():
+    """The bandit's job (patience 0: it decides every ask): between BO and random search on BDBC, BO's
+    proposals beat more earlier results, so after the initial design most asks go to BO."""
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
+    means = runner.table.means("PERF")
+    shares = []
+    for seed in range(3):
+        tuner = make_tuner("auto", runner.space, seed=seed, direction="min",
+                           params={"members": "bo,random", "patience": 0})
+        for _ in range(80):
+            config = tuner.ask(1)[0]
+            tuner.tell(config, means[config])
+        shares.append(tuner.share())
+    assert np.mean([s["bo"] for s in shares]) > 0.5, shares
+    assert all(s["random"] > 0 for s in shares)  # a member that does worse is still asked now and then
+
+
+def test_auto_leads_with_bo_where_its_model_scores_the_whole_space_and_with_ga_elsewhere():
+    from search_spaces import load_space
+
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
+    means = runner.table.means("PERF")
+    tuner = make_tuner("auto", runner.space, seed=0, direction="min", params={"patience": 1000})
+    for _ in range(40):
+        config = tuner.ask(1)[0]
+        tuner.tell(config, means[config])
+    assert tuner.share() == {"initial": 0.25, "bo": 0.75, "ga": 0.0, "sa": 0.0}  # never stalled: the lead asks
+    admission = make_tuner("auto", load_space("admission"), seed=0, direction="min")  # real-valued: not listable
+    assert admission.names[admission.lead] == "ga"
+    with pytest.raises(ValueError, match="not among the members"):
+        make_tuner("auto", runner.space, seed=0, direction="min", params={"members": "ga,sa", "lead": "bo"})
+
+
+def test_auto_warm_starts_its_members_with_losses_when_the_metric_is_maximised():
+    """Members minimise; a warm start of throughputs must reach them as losses, or they would seek the worst."""
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
+    means = runner.table.means("PERF")
+    configs = list(means)[:30]
+    tuner = make_tuner("auto", runner.space, seed=0, direction="max")
+    tuner.warm_start([(c, means[c], Status.SUCCEEDED) for c in configs])
+    best = max(configs, key=means.get)
+    assert tuner.best.config == best
+    assert all(m.best.config == best for m in tuner.members)
+    assert tuner.members[2]._current == best  # SA starts from the best, not from the worst
+
+
+def test_auto_retires_bo_past_its_model_limit_and_ga_leads():
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
+    means = runner.table.means("PERF")
+    tuner = make_tuner("auto", runner.space, seed=0, direction="min", params={"model_limit": 30, "patience": 1000})
+    for _ in range(60):
+        config = tuner.ask(1)[0]
+        tuner.tell(config, means[config])
+    bo = tuner.members[0]
+    assert len(bo.observations) == 30 and tuner.names[tuner.lead] == "ga"
+    assert tuner.picks[-20:] == ["ga"] * 20 and len(tuner.members[1].observations) == 60

@@ -86,7 +86,7 @@ def test_sigkill_during_a_measurement_then_resume(tmp_path: Path):
 def test_sigkill_a_dataset_replay_then_resume_measures_every_configuration_once(tmp_path: Path, bdbc):
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"
-    proc = start(["tune", "--dataset", str(bdbc), "--budget", "2560", "--seed", "1"], db)
+    proc = start(["tune", "--dataset", str(bdbc), "--algorithm", "random", "--budget", "2560", "--seed", "1"], db)
     at_kill = kill_when(proc, path, lambda s: s.count("SUCCEEDED") >= 300)
     assert len(at_kill) < 2560
     check_resumed(db, path, budget=2560, running_at_kill=at_kill.count("RUNNING"))

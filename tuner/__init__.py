@@ -9,10 +9,11 @@ from tuner.base import Observation, Tuner
 from tuner.campaign import Campaign, CampaignSpec, TrialResult
 from tuner.history import History
 from tuner.objective import Objective
-from tuner.registry import ALGORITHMS, SEARCH_ALGORITHMS, algorithm_class, make_tuner
+from tuner.registry import ALGORITHMS, DEFAULT_ALGORITHM, SEARCH_ALGORITHMS, algorithm_class, make_tuner
 
 __all__ = [
     "ALGORITHMS",
+    "DEFAULT_ALGORITHM",
     "SEARCH_ALGORITHMS",
     "Campaign",
     "CampaignSpec",

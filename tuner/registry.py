@@ -21,12 +21,16 @@ ALGORITHMS: dict[str, str] = {
     "ga": "tuner.genetic:GeneticAlgorithm",
     "bo": "tuner.bayes:BayesianOptimization",
     "dqn": "tuner.dqn:DeepQNetwork",
+    "auto": "tuner.portfolio:Portfolio",  # a bandit over bo, ga and sa
     "grid": "tuner.grid:GridSearch",  # a fixed stratified sample, for sweeps
 }
 
 
 # The search algorithms (the contract suite and `compare` default to these; a grid does not search).
-SEARCH_ALGORITHMS = ("random", "sa", "ga", "bo", "dqn")
+SEARCH_ALGORITHMS = ("random", "sa", "ga", "bo", "dqn", "auto")
+
+# What `tune` (and the service) searches with when no algorithm is named.
+DEFAULT_ALGORITHM = "auto"  # bench/compare_algorithms.py: the best or near the best on every table
 
 
 def register(name: str, target: str) -> None:
