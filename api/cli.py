@@ -141,6 +141,9 @@ def tune(
     budget: Annotated[int, typer.Option(help="Evaluations to spend.")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of the algorithm and of the measurement noise.")] = 0,
     repeats: Annotated[int, typer.Option(help="Measurements per configuration.")] = 1,
+    max_repeats: Annotated[Optional[int], typer.Option(
+        help="Adaptive repeats: a configuration that looks better than the best so far is measured again, up "
+             "to this many runs, before it replaces it; each re-measurement is one evaluation of the budget.")] = None,
     parallel: Annotated[int, typer.Option(help="Configurations measured at once, in worker processes or Ray "
                                                "tasks.")] = 1,
     executor_kind: ExecutorOpt = None,
@@ -174,6 +177,7 @@ def tune(
             budget=budget,
             seed=seed,
             repeats=repeats,
+            max_repeats=max_repeats,
             batch_size=parallel,
             warm_start=warm_start,
             fixed=pairs(fix, "--fix"),

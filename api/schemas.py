@@ -37,6 +37,9 @@ class CampaignCreate(BaseModel):
     budget: int = Field(50, ge=1, le=1_000_000, description="Evaluations to spend.")
     seed: int = Field(0, ge=0, lt=2**63)
     repeats: int = Field(1, ge=1, le=100, description="Measurements per configuration.")
+    max_repeats: int | None = Field(None, ge=1, le=100, description=(
+        "Adaptive repeats: a configuration that looks better than the best so far is measured again, up to this "
+        "many runs, before it replaces it; each re-measurement is one evaluation of the budget."))
     parallel: int = Field(1, ge=1, le=256, description="Configurations measured at once, in worker processes.")
     metric: str | None = Field(None, description="The metric to optimise (default: the runner's first).")
     direction: Literal["min", "max"] | None = None
@@ -75,6 +78,7 @@ class CampaignPublic(BaseModel):
     budget: int
     seed: int
     repeats: int
+    max_repeats: int | None = None
     parallel: int
     warm_start: str
     fixed: dict[str, Any]

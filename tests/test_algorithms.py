@@ -156,3 +156,22 @@ def test_auto_retires_bo_past_its_model_limit_and_ga_leads():
     bo = tuner.members[0]
     assert len(bo.observations) == 30 and tuner.names[tuner.lead] == "ga"
     assert tuner.picks[-20:] == ["ga"] * 20 and len(tuner.members[1].observations) == 60
+
+
+def test_ga_restarts_around_its_elite_after_stalling(bdbc):
+    from runners import make_runner
+    from tuner import make_tuner
+
+    runner = make_runner("dataset", dataset=str(bdbc))
+    means = runner.table.means("PERF")
+    ga = make_tuner("ga", runner.space, seed=3, direction="min", params={"restart_patience": 15})
+    never = make_tuner("ga", runner.space, seed=3, direction="min")
+    for tuner in (ga, never):
+        for _ in range(120):
+            (config,) = tuner.ask(1)
+            tuner.tell(config, means[config])
+    assert ga.restarts >= 1 and never.restarts == 0
+    ga._since_best = 15  # stalled now: the next generation is the elite (the best so far) and fresh configurations
+    ga._next_generation()
+    assert ga.restarts >= 2 and ga._decode(ga._population[0]) == ga.best.config
+    assert not any(ga.known(c) for c in map(ga._decode, ga._population[1:]))

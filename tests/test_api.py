@@ -123,6 +123,22 @@ def test_cancel_drains_a_running_campaign_and_a_queued_one_never_starts(history_
         assert client.post(f"/campaigns/{queued['id']}/resume").status_code == 409  # finished: nothing to resume
 
 
+def test_adaptive_repeats_over_rest_count_re_measurements_and_report_the_incumbent(history_url, tmp_path, bdbc):
+    postgres = bdbc.parent / "PostgreSQL.csv"  # 22 noisy repeats per configuration
+    with client_for(history_url, tmp_path) as client:
+        created = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(postgres)},
+                                                  "budget": 30, "seed": 2, "max_repeats": 3})
+        assert created.status_code == 201, created.text
+        done = wait_for(client, f"/campaigns/{created.json()['id']}", ("finished",))
+        assert done["max_repeats"] == 3 and done["progress"]["evaluated"] == 30
+        trials = client.get(f"/campaigns/{done['id']}/trials", params={"limit": 1000}).json()["items"]
+        assert len(trials) < 30  # some evaluations re-measured a challenger
+        best = client.get(f"/campaigns/{done['id']}/trials/{done['best']['trial']}").json()
+        runs = [len(client.get(f"/campaigns/{done['id']}/trials/{t['number']}").json()["measurements"])
+                for t in trials]
+        assert len(best["measurements"]) == max(runs)
+
+
 @pytest.mark.slow
 def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
     with client_for(history_url, tmp_path) as client:
@@ -156,6 +172,8 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
         post(bdbc_campaign(bdbc, budget=0), 422, ["body", "budget"])
         post(bdbc_campaign(bdbc, budget=100_000), 422, ["body", "budget"])  # more than the table's configurations
         post(bdbc_campaign(bdbc, parallel=0), 422, ["body", "parallel"])
+        post(bdbc_campaign(bdbc, repeats=3, max_repeats=2), 422, ["body", "max_repeats"])  # a cap below the repeats
+        post(bdbc_campaign(bdbc, max_repeats=1000), 422, ["body", "max_repeats"])
         post(bdbc_campaign(bdbc, parallel=10_000), 422, ["body", "parallel"])  # more than the server allows
         post(bdbc_campaign(bdbc, metric="colour"), 422, ["body", "metric"])
         post({**bdbc_campaign(bdbc), "runner_settings": {"dataset": str(outside)}}, 403,

@@ -24,7 +24,7 @@ from tuner import History
 from tuner.models import Base
 from tuner.schema import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 
-HEAD = "0004"
+HEAD = "0005"
 OPENERS = 4
 ROUNDS = 12  # the WAL switch failed about one round in 40 before it was retried: 12 rounds of 4 catch it often
 
@@ -133,16 +133,16 @@ def test_a_reader_refuses_an_old_schema_until_db_upgrade(history_url: str):
         alembic.command.upgrade(config, "0003")
 
     line = one_error_line(run_cli("campaigns", db=history_url))
-    assert "schema revision 0003, older than this StoreTune's 0004" in line and "`storetune db upgrade`" in line
+    assert f"schema revision 0003, older than this StoreTune's {HEAD}" in line and "`storetune db upgrade`" in line
     with pytest.raises(SchemaError, match="storetune db upgrade"):
         History(history_url, migrate=False)
     with engine.connect() as connection:
         assert schema_revision(connection) == "0003"  # the readers changed nothing
 
     upgraded = run_cli("db", "upgrade", db=history_url, check=True)
-    assert "schema revision 0003 -> 0004" in upgraded.stdout
+    assert f"schema revision 0003 -> {HEAD}" in upgraded.stdout
     assert run_cli("campaigns", db=history_url, check=True).returncode == 0
-    assert "schema revision 0004, already the newest" in run_cli("db", "upgrade", db=history_url, check=True).stdout
+    assert f"schema revision {HEAD}, already the newest" in run_cli("db", "upgrade", db=history_url, check=True).stdout
     engine.dispose()
 
 
@@ -167,9 +167,37 @@ def test_a_schema_newer_than_the_code_is_refused_by_readers_and_writers(history_
     engine = make_engine(history_url)
     with engine.begin() as connection:
         connection.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-    newer = "schema revision 0099, newer than this StoreTune knows (its newest is 0004): upgrade StoreTune"
+    newer = f"schema revision 0099, newer than this StoreTune knows (its newest is {HEAD}): upgrade StoreTune"
     for migrate in (True, False):
         with pytest.raises(SchemaError, match=re.escape(newer)):
             History(history_url, migrate=migrate)
     assert newer in one_error_line(run_cli("db", "upgrade", db=history_url))
+    engine.dispose()
+
+
+def test_upgrading_to_adaptive_repeats_counts_the_runs_trials_already_have(history_url: str, bdbc: Path):
+    from tuner import Campaign, CampaignSpec
+
+    history = History(history_url)
+    spec = CampaignSpec(runner="dataset", runner_settings={"dataset": [str(bdbc)]}, budget=4, repeats=3)
+    campaign_id = Campaign.create(history, spec).id
+    Campaign.resume(history, campaign_id).run()
+    history.close()
+    engine = make_engine(history_url)
+    with engine.connect() as connection:  # back to a history written before trials counted their runs
+        if connection.dialect.name == "sqlite":  # a batch downgrade copies tables: no cascades meanwhile
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
+        config = alembic.config.Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        alembic.command.downgrade(config, "0004")
+        connection.commit()
+    upgraded = run_cli("db", "upgrade", db=history_url, check=True)
+    assert f"schema revision 0004 -> {HEAD}" in upgraded.stdout
+    history = History(history_url, migrate=False)
+    trials = history.trials(campaign_id, measurements=True)
+    assert [t.runs for t in trials] == [len(t.measurements) for t in trials] == [3] * 4
+    assert history.campaign(campaign_id).max_repeats is None
+    history.close()
     engine.dispose()

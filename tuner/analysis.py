@@ -23,11 +23,20 @@ def trials_by_status(trials: Sequence[TrialView]) -> dict[str, int]:
 
 
 def best_trial(trials: Sequence[TrialView], direction: str) -> TrialView | None:
-    """The succeeded trial with the best value; ties go to the earliest."""
+    """The succeeded trial with the best value among those measured the most times; ties go to the
+    earliest. With fixed repeats every trial has the same runs, so this is the best value; with adaptive
+    repeats it is the incumbent (tuner/intensify.py): a configuration lucky once is not reported."""
     scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
     if not scored:
         return None
+    most = max(t.runs for t in scored)
+    scored = [t for t in scored if t.runs == most]
     return min(scored, key=lambda t: (to_loss(t.value, direction), t.number))
+
+
+def evaluations(trials: Sequence[TrialView], repeats: int) -> int:
+    """What counts towards the budget: every finished trial, and each adaptive re-measurement beyond its repeats."""
+    return sum(1 + max(0, t.runs - repeats) for t in trials if Status(t.status).terminal)
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ class CampaignSummary:
     best_value: float | None
     objective: dict[str, str]
     budget: int
-    evaluated: int  # trials that count towards the budget
+    evaluated: int  # evaluations that count towards the budget (finished trials, adaptive re-measurements)
     state: str
     note: str | None
     space: str
@@ -50,6 +59,8 @@ class CampaignSummary:
     database: str
     test_value: float | None = None  # the best configuration on data the search never saw, if any
     warm_started: int | None = None  # earlier trials told to the algorithm first (--warm-start same)
+    measurements: int | None = None  # benchmark runs taken: repeats and adaptive re-measurements
+    best_runs: int | None = None  # the runs behind best_value, the mean of the best configuration's measurements
 
     @classmethod
     def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:
@@ -63,13 +74,15 @@ class CampaignSummary:
             best_value=best.value if best else None,
             objective={"metric": record.objective_metric, "direction": record.objective_direction},
             budget=record.budget,
-            evaluated=sum(1 for t in trials if Status(t.status).terminal),
+            evaluated=evaluations(trials, record.repeats),
             state=record.state,
             note=record.note,
             space=record.space_name,
             workload=record.workload_name,
             database=database,
             test_value=held_out(best, record.objective_metric),
+            measurements=sum(t.runs for t in trials),
+            best_runs=best.runs if best else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

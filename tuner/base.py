@@ -123,6 +123,29 @@ class Tuner(ABC):
         self._losses[config] = loss
         self._tell(observation)
 
+    def retell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED) -> None:
+        """Report a new result for a configuration told before (its mean after a re-measurement, with
+        adaptive repeats): the observation is replaced, not added, and ``_retell`` lets a model update.
+        A configuration never told is told."""
+        config = self.space.validate(config)
+        if config not in self._told:
+            self.tell(config, value, status)
+            return
+        status = Status(status)
+        if status is Status.SUCCEEDED and (value is None or not math.isfinite(value)):
+            status = Status.FAILED
+        loss = to_loss(value, self.direction) if status is Status.SUCCEEDED else None
+        index = max(i for i, o in enumerate(self.observations) if o.config == config)
+        old = self.observations[index]
+        self.observations[index] = new = Observation(config, loss, status)
+        self._told[config] = status
+        self._losses[config] = loss
+        self._retell(old, new)
+
+    def _retell(self, old: Observation, new: Observation) -> None:  # noqa: B027 - most algorithms read told_loss
+        """Learn that ``old`` is now ``new``. Algorithms that read ``observations`` or ``told_loss`` when
+        they ask see the new loss already; one that keeps a model of the results updates it here."""
+
     def warm_start(self, observations: Sequence[tuple[Mapping[str, Any], float | None, Status]]) -> None:
         """Learn from trials measured before this campaign (same space, workload and device).
         By default they are told like results; algorithms override to seed their state from them."""

@@ -120,6 +120,19 @@ class BayesianOptimization(Tuner):
             self._kernel = self._optimizer.models[-1].kernel_
             self._fitted_at = n
 
+    def _retell(self, old: Observation, new: Observation) -> None:
+        """A re-measured configuration's new mean replaces its target; the surrogate sees it at its next fit."""
+        x = list(self.space.encode(new.config))
+        rows = [i for i, xi in enumerate(self._optimizer.Xi) if list(xi) == x]
+        if not rows:
+            return
+        if new.loss is not None:
+            y = self.warp(new.loss)
+        else:
+            losses = [self.warp(o.loss) for o in self.observations if o.loss is not None]
+            y = (max(losses) + self.loss_scale(warped=True)) if losses else self._optimizer.yi[rows[-1]]
+        self._optimizer.yi[rows[-1]] = y
+
     # --- ask --------------------------------------------------------------------------------------
     def _ask(self, n: int) -> list[Config]:
         candidates, X = self._candidates()

@@ -18,9 +18,10 @@ from typing import Any
 
 from runners import Direction, Runner, Status, make_runner
 from search_spaces import Config
-from tuner.analysis import CampaignSummary
+from tuner.analysis import CampaignSummary, evaluations
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
+from tuner.intensify import check_max_repeats
 from tuner.loop import MemoryStore, TrialResult, run_loop, trial_seed
 from tuner.views import CampaignView, TrialView
 from tuner.objective import Objective
@@ -44,6 +45,7 @@ class CampaignSpec:
     budget: int = 50
     seed: int = 0
     repeats: int = 1
+    max_repeats: int | None = None  # adaptive repeats: re-measure challengers up to this many runs
     batch_size: int = 1  # configurations asked and measured at once
     warm_start: str = "none"  # "same": learn from the trials of the same space, workload and device
     fixed: Mapping[str, Any] = field(default_factory=dict)  # parameters pinned to one value (--fix)
@@ -110,6 +112,7 @@ class Campaign:
                                    ("batch size", "parallel", spec.batch_size)):
             if value < 1:
                 raise InvalidSpec(field, f"the {name} must be at least 1, not {value}")
+        _checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
         size = runner.space.cardinality() if runner.space.finite else None
         if size is not None and spec.budget > size:
             raise InvalidSpec("budget",
@@ -141,6 +144,7 @@ class Campaign:
             budget=spec.budget,
             seed=spec.seed,
             repeats=spec.repeats,
+            max_repeats=spec.max_repeats,
             batch_size=spec.batch_size,
             warm_start=spec.warm_start,
             fixed={k: runner.space[k].default for k in spec.fixed},
@@ -182,7 +186,8 @@ class Campaign:
         history.mark_stale(rec.id, STALE_REASON)
         if rec.warm_start == "same":
             self.tuner.warm_start(history.prior_observations(rec))
-        trials = history.trials(rec.id)
+        adaptive = rec.max_repeats is not None
+        trials = history.trials(rec.id, measurements=adaptive)
         for t in trials:  # what this campaign measured already (after a crash or an interrupt)
             if Status(t.status).terminal:
                 self.tuner.tell(Config(t.config), t.value, Status(t.status))
@@ -203,11 +208,13 @@ class Campaign:
                 repeats=rec.repeats,
                 batch_size=rec.batch_size,
                 seed=rec.seed,
-                evaluated=sum(1 for t in trials if Status(t.status).terminal),
+                evaluated=evaluations(trials, rec.repeats),
                 queue=queue,
                 executor=self.executor,
                 on_trial=on_trial,
                 stop=lambda: history.cancel_requested(rec.id),
+                max_repeats=rec.max_repeats,
+                finished=[t for t in trials if Status(t.status).terminal] if adaptive else (),
             )
         except KeyboardInterrupt:
             history.mark_stale(rec.id, STALE_REASON)
@@ -283,5 +290,6 @@ def dry_run(spec: CampaignSpec, runner: Runner, evaluations: int,
                        params=spec.algorithm_params)
     budget = min(evaluations, spec.budget)
     run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=objective, store=MemoryStore(),
-             budget=budget, repeats=spec.repeats, batch_size=spec.batch_size, seed=spec.seed, on_start=on_start)
+             budget=budget, repeats=spec.repeats, batch_size=spec.batch_size, seed=spec.seed, on_start=on_start,
+             max_repeats=spec.max_repeats)
     return budget

@@ -17,8 +17,7 @@ import numpy as np
 
 from runners import Runner, Status, make_runner
 from search_spaces import Config
-from search_spaces.status import loss as to_loss
-from tuner.analysis import json_safe
+from tuner.analysis import best_trial, json_safe
 from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
@@ -261,12 +260,9 @@ class Comparison:
         return out
 
     def _best_mean(self, run: SeedRun) -> float:
-        """The table mean of the configuration the run believes best (its best measured value)."""
-        scored = [t for t in run.trials if t.status == Status.SUCCEEDED.value and t.value is not None]
-        if not scored:
-            return math.nan
-        best = min(scored, key=lambda t: to_loss(t.value, self.objective.direction))
-        return self.means.get(Config(best.config), math.nan)
+        """The table mean of the configuration the run reports as best (``analysis.best_trial``)."""
+        best = best_trial(run.trials, self.objective.direction)
+        return math.nan if best is None else self.means.get(Config(best.config), math.nan)
 
 
 def _finite(value: float) -> float | None:

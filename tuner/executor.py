@@ -31,15 +31,18 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Job:
-    """One trial to measure: its configuration and one seed per repeat."""
+    """One trial to measure: its configuration and one seed per repeat. A re-measurement (adaptive
+    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has."""
 
     trial_id: int
     config: Config
     seeds: tuple[int, ...]
+    first_repeat: int = 0
 
 
 def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
-    """Independent seeds for the repeats of one trial."""
+    """Independent seeds for the repeats of one trial: repeat k's seed is the same whatever ``repeats`` is
+    (SeedSequence's k-th child), so a re-measurement draws what a longer fixed-repeat trial would have."""
     states = np.random.SeedSequence(trial_seed).spawn(repeats)
     return tuple(int(s.generate_state(1)[0]) for s in states)
 
@@ -47,7 +50,7 @@ def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
 def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | None = None) -> list[Measurement]:
     """Run the job's repeats, stopping at the first that does not succeed."""
     out: list[Measurement] = []
-    for repeat, seed in enumerate(job.seeds):
+    for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
         try:  # RunnerBase.run never raises; a runner that only follows the protocol may
             m = runner.run(job.config, workload, seed=seed)
         except Exception as e:
@@ -226,7 +229,7 @@ def run_jobs(stream: Stream, jobs: Sequence[Job], in_flight: int) -> Iterator[tu
 
 def record_all(record: Recorder | None, job: Job, measurements: list[Measurement]) -> None:
     if record is not None:
-        for repeat, m in enumerate(measurements):
+        for repeat, m in enumerate(measurements, start=job.first_repeat):
             record(job, repeat, m)
 
 

@@ -37,6 +37,9 @@ class Params:
     mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.1  # probability that a gene mutates
     tournament_size: Annotated[int, Field(ge=1)] = 3
     elitism: Annotated[int, Field(ge=0)] = 1  # best individuals carried over unchanged
+    # evaluations without a new best before the population is re-seeded at random around its elite
+    # (CHC's cataclysm); 0: never
+    restart_patience: Annotated[int, Field(ge=0)] = 0
 
 
 class GeneticAlgorithm(Tuner):
@@ -53,6 +56,8 @@ class GeneticAlgorithm(Tuner):
         self._queue: list[Config] = []  # configurations of the current generation still to ask
         self.diversity: list[float] = []  # per generation: mean share of genes two individuals differ in
         self._seeds: list[Config] = []  # warm-start configurations for the first generation
+        self._since_best = 0  # evaluations since the last new best
+        self.restarts = 0
 
     def warm_start(self, observations: Any) -> None:
         super().warm_start(observations)
@@ -79,11 +84,19 @@ class GeneticAlgorithm(Tuner):
         return out
 
     def _tell(self, observation: Observation) -> None:
-        pass  # fitness is read from the told losses when the next generation is bred
+        # fitness is read from the told losses when the next generation is bred; here only stagnation
+        best = self.best
+        self._since_best = 0 if best is not None and best.config == observation.config else self._since_best + 1
 
     # --- evolution ------------------------------------------------------------------------------------
     def _next_generation(self) -> None:
         size = self.params.population_size
+        patience = self.params.restart_patience
+        if self._population and patience and self._since_best >= patience:
+            self._evaluate(self._population)
+            elite = [self._decode(ind) for ind in tools.selBest(self._population, self.params.elitism)]
+            self._seeds, self._population, self._since_best = elite, [], 0
+            self.restarts += 1
         if not self._population:
             configs = list(self._seeds) + self.fresh(size - len(self._seeds), self._seeds)
             self._population = [self._individual(c) for c in configs]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from runners import Measurement, Status
@@ -205,7 +205,7 @@ class History:
             s.flush()
             rows = [
                 dict(campaign_id=record.id, number=t.number, config=t.config, config_hash=t.config_hash,
-                     status=t.status, reason=t.reason, value=t.value, seed=t.seed)
+                     status=t.status, reason=t.reason, value=t.value, seed=t.seed, runs=t.runs)
                 for t in trials
             ]
             if rows:
@@ -245,13 +245,23 @@ class History:
         with self.session() as s:
             return {status: int(n) for status, n in s.execute(query)}
 
+    def evaluations(self, campaign_id: int, repeats: int) -> int:
+        """``analysis.evaluations`` counted by the database: finished trials and adaptive re-measurements."""
+        extra = case((TrialRecord.runs > repeats, TrialRecord.runs - repeats), else_=0)
+        query = (select(func.sum(1 + extra)).where(TrialRecord.campaign_id == campaign_id,
+                                                   TrialRecord.status.in_([s.value for s in Status if s.terminal])))
+        with self.session() as s:
+            return int(s.scalar(query) or 0)
+
     def best_trial(self, campaign_id: int, direction: str) -> TrialView | None:
-        """The succeeded trial with the best value (ties: the earliest), with its measurements: the
-        first row of the (campaign, status, value) index, not a sort of the campaign's trials."""
+        """The succeeded trial with the best value among those measured the most times (ties: the
+        earliest), with its measurements (``analysis.best_trial``'s rule, in SQL): the first row of the
+        (campaign, status, value) index, not a sort of the campaign's trials."""
         value = TrialRecord.value if direction == "min" else TrialRecord.value.desc()
-        query = (select(TrialRecord)
-                 .where(TrialRecord.campaign_id == campaign_id, TrialRecord.status == Status.SUCCEEDED.value,
-                        TrialRecord.value.is_not(None))
+        scored = (TrialRecord.campaign_id == campaign_id, TrialRecord.status == Status.SUCCEEDED.value,
+                  TrialRecord.value.is_not(None))
+        most = select(func.max(TrialRecord.runs)).where(*scored).scalar_subquery()
+        query = (select(TrialRecord).where(*scored, TrialRecord.runs == most)
                  .order_by(value, TrialRecord.number).limit(1).options(selectinload(TrialRecord.measurements)))
         with self.session() as s:
             record = s.scalar(query)
@@ -326,6 +336,7 @@ class History:
 
     def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
         with self.session() as s, s.begin():
+            s.execute(update(TrialRecord).where(TrialRecord.id == trial_id).values(runs=TrialRecord.runs + 1))
             s.add(
                 MeasurementRecord(
                     trial_id=trial_id,

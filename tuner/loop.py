@@ -17,6 +17,7 @@ from search_spaces import Config, config_hash
 from search_spaces.status import loss as to_loss
 from tuner.base import Tuner
 from tuner.executor import Executor, Job, LocalExecutor, repeat_seeds
+from tuner.intensify import Standing, next_remeasure
 from tuner.objective import Objective
 from tuner.views import MeasurementView, TrialStore, TrialView
 
@@ -35,6 +36,8 @@ class TrialResult:
     budget: int
     best_value: float | None  # the campaign's own best: warm-started trials are not its measurements
     warm_started: int = 0  # earlier trials the algorithm was told before this campaign's first
+    runs: int = 1  # the trial's measurements so far; more than its repeats after an adaptive re-measurement
+    remeasured: bool = False  # this evaluation re-measured an earlier trial (adaptive repeats)
 
 
 @dataclass
@@ -68,9 +71,16 @@ def run_loop(
     on_trial: Callable[[TrialResult], None] | None = None,
     stop: Callable[[], bool] | None = None,
     on_start: Callable[[int, Config], None] | None = None,
+    max_repeats: int | None = None,
+    finished: Sequence[TrialView] = (),
 ) -> LoopOutcome:
     """Spend the budget: ``queue`` holds trials to measure before asking for new ones (those
     pending or re-run after a crash), ``evaluated`` the finished trials that already count.
+
+    With ``max_repeats`` (adaptive repeats, tuner/intensify.py), a challenger that looks better than
+    the incumbent is measured again before the algorithm is asked for anything new; each such
+    re-measurement is one evaluation of the budget, and the algorithm is told the trial's new mean.
+    ``finished`` holds the trials measured before a resume, with their measurements, for the races.
 
     An asynchronous executor (worker processes, Ray) keeps ``batch_size`` trials in flight: as each
     finishes, the algorithm is told and asked for the next one. An algorithm that needs a whole batch
@@ -80,6 +90,7 @@ def run_loop(
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated)
     queue = list(queue)
+    races = None if max_repeats is None else _Races(objective, store, max_repeats, finished)
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
         job.trial_id, repeat, m))
@@ -95,6 +106,10 @@ def run_loop(
             if not starting and stop is not None and stop():
                 outcome.stopped = True
                 break
+            again = None if races is None else races.next(busy=set(in_flight) | {t.id for t in starting})
+            if again is not None:  # a re-measurement: the trial keeps its state and counts one evaluation
+                starting.append(again)
+                continue
             if not queue:
                 room = min(batch_size - len(in_flight) - len(starting),
                            budget - outcome.evaluated - len(in_flight) - len(starting))
@@ -108,33 +123,87 @@ def run_loop(
                 ask_share.update({t.id: share for t in queue})
             starting.append(queue.pop(0))
         if starting:
-            store.start_trials([t.id for t in starting])
+            fresh = [t for t in starting if races is None or not races.known(t.id)]
+            if fresh:
+                store.start_trials([t.id for t in fresh])
             for t in starting:
                 if on_start is not None:
                     on_start(t.number, Config(t.config))
-                stream.submit(Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats)))
+                done = 0 if races is None else races.runs(t.id)
+                if done:
+                    job = Job(t.id, Config(t.config), repeat_seeds(t.seed, done + 1)[done:], first_repeat=done)
+                else:
+                    job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats))
+                stream.submit(job)
                 in_flight[t.id] = t
         if not in_flight:
             break
         job, measurements = stream.next()
         trial = in_flight.pop(job.trial_id)
+        if races is not None:
+            measurements = races.add(trial, measurements)
         status, value, reason = objective.outcome(measurements)
         store.finish_trial(job.trial_id, status, value, reason)
         started = time.perf_counter()
-        tuner.tell(job.config, value, status)
+        if job.first_repeat:
+            tuner.retell(job.config, value, status)
+        else:
+            tuner.tell(job.config, value, status)
+        if races is not None:
+            races.finish(trial.id, value if status is Status.SUCCEEDED else None)
         outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
         outcome.evaluated += 1
         if on_trial is not None:
             best = tuner.own_best
             best_value = None if best is None else to_loss(best.loss, objective.direction)
-            duration = sum(m.duration_s for m in measurements)
+            duration = sum(m.duration_s for m in measurements[job.first_repeat:])
             on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
-                                 budget, best_value, tuner.warm_started))
+                                 budget, best_value, tuner.warm_started, len(measurements), job.first_repeat > 0))
     if outcome.stopped:
         outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
     elif exhausted:
         outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
     return outcome
+
+
+class _Races:
+    """The loop's side of adaptive repeats: every finished trial's measurements and standing, and the
+    intensifier's choice of what to measure again."""
+
+    def __init__(self, objective: Objective, store: TrialStore, max_repeats: int, finished: Sequence[TrialView]):
+        self.objective, self.max_repeats = objective, max_repeats
+        self._trials: dict[int, TrialView] = {}
+        self._measurements: dict[int, list[Measurement]] = {}
+        self._standings: dict[int, Standing] = {}
+        for t in finished:
+            if not Status(t.status).terminal or t.measurements is None:
+                continue
+            ms = [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s) for m in t.measurements]
+            status, value, reason = objective.outcome(ms)
+            if (status.value, value) != (t.status, t.value):  # a driver that died between a run and its mean
+                store.finish_trial(t.id, status, value, reason)
+                t = dataclasses.replace(t, status=status.value, value=value, reason=reason)
+            self._trials[t.id], self._measurements[t.id] = t, ms
+            self._standings[t.id] = Standing(t.id, len(ms), value if status is Status.SUCCEEDED else None)
+
+    def known(self, trial_id: int) -> bool:
+        return trial_id in self._measurements
+
+    def runs(self, trial_id: int) -> int:
+        return len(self._measurements.get(trial_id, ()))
+
+    def add(self, trial: TrialView, measurements: Sequence[Measurement]) -> list[Measurement]:
+        """All of the trial's measurements, with the ones just taken."""
+        self._trials[trial.id] = trial
+        self._measurements[trial.id] = self._measurements.get(trial.id, []) + list(measurements)
+        return self._measurements[trial.id]
+
+    def finish(self, trial_id: int, value: float | None) -> None:
+        self._standings[trial_id] = Standing(trial_id, self.runs(trial_id), value)
+
+    def next(self, busy: set[int]) -> TrialView | None:
+        chosen = next_remeasure(self._standings.values(), self.objective.direction, self.max_repeats, busy)
+        return None if chosen is None else self._trials[chosen]
 
 
 @dataclass
@@ -172,7 +241,9 @@ class MemoryStore:
             self._update(i, status=Status.RUNNING.value)
 
     def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
-        self._trials[trial_id - 1].measurements.append(MeasurementView.of_measurement(repeat, m))
+        t = self._trials[trial_id - 1]
+        t.measurements.append(MeasurementView.of_measurement(repeat, m))
+        t.view = dataclasses.replace(t.view, runs=t.view.runs + 1)
 
     def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None:
         self._update(trial_id, status=status.value, value=value, reason=reason)

@@ -51,6 +51,7 @@ class CampaignRecord(Base):
     budget: Mapped[int]
     seed: Mapped[int] = mapped_column(BigInteger)
     repeats: Mapped[int]
+    max_repeats: Mapped[int | None]  # adaptive repeats: a challenger is re-measured up to this many runs
     batch_size: Mapped[int]
     warm_start: Mapped[str] = mapped_column(String(16), default="none", server_default="none")
     fixed: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")  # parameters pinned by --fix
@@ -96,6 +97,7 @@ class TrialRecord(Base):
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     value: Mapped[float | None] = mapped_column(Float)  # the objective, aggregated over repeats
+    runs: Mapped[int] = mapped_column(default=0, server_default="0")  # measurements taken (repeats + re-measurements)
     seed: Mapped[int] = mapped_column(BigInteger)
     retry_of: Mapped[int | None] = mapped_column(ForeignKey("trials.id"))  # the STALE trial this re-runs
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -151,6 +151,11 @@ class Portfolio(Tuner):
         self._plays[proposer] += 1
         self._wins[proposer] += self._reward(observation)
 
+    def _retell(self, old: Observation, new: Observation) -> None:
+        for i, member in enumerate(self.members):
+            if i not in self._retired:
+                member.retell(new.config, new.loss, new.status)
+
     def _reward(self, observation: Observation) -> float:
         """The share of earlier results this one beats (0 for a failure): scale-free, in [0, 1]."""
         if observation.loss is None:

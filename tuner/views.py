@@ -53,6 +53,7 @@ class TrialView:
     value: float | None
     seed: int
     retry_of: int | None = None
+    runs: int = 0  # measurements taken: the repeats, and any re-measurements of adaptive repeats
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -96,6 +97,7 @@ class CampaignView:
     driver_pid: int | None
     origin: str = "cli"
     cancel_requested: bool = False
+    max_repeats: int | None = None
 
 
 @dataclass(frozen=True)

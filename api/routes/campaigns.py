@@ -46,9 +46,9 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
         space=c.space_name, workload=c.workload_name, device=c.device, algorithm=c.algorithm,
         algorithm_params=c.algorithm_params, objective=Objective(metric=c.objective_metric,
                                                                  direction=c.objective_direction),  # type: ignore[arg-type]
-        budget=c.budget, seed=c.seed, repeats=c.repeats, parallel=c.batch_size, warm_start=c.warm_start,
-        fixed=c.fixed, comparison=c.comparison_id,
-        progress=Progress(evaluated=sum(n for s, n in counts.items() if Status(s).terminal), budget=c.budget,
+        budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, parallel=c.batch_size,
+        warm_start=c.warm_start, fixed=c.fixed, comparison=c.comparison_id,
+        progress=Progress(evaluated=svc.history.evaluations(c.id, c.repeats), budget=c.budget,
                           trials_by_status=ordered),
         best=None if best is None else Best(trial=best.number, value=best.value, config=best.config),  # type: ignore[arg-type]
         test_value=held_out(best, c.objective_metric), links=links(c.id),
@@ -105,8 +105,8 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
         raise Refused(("body", "runner_settings", *where), message) from None
     spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=body.algorithm,
                         algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
-                        budget=body.budget, seed=body.seed, repeats=body.repeats, batch_size=body.parallel,
-                        warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
+                        budget=body.budget, seed=body.seed, repeats=body.repeats, max_repeats=body.max_repeats,
+                        batch_size=body.parallel, warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
     try:
         campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued")
     except InvalidSpec as e:
