@@ -175,3 +175,17 @@ def test_ga_restarts_around_its_elite_after_stalling(bdbc):
     ga._next_generation()
     assert ga.restarts >= 2 and ga._decode(ga._population[0]) == ga.best.config
     assert not any(ga.known(c) for c in map(ga._decode, ga._population[1:]))
+
+
+def test_dqn_takes_as_many_gradient_steps_per_result_as_asked(bdbc):
+    runner = make_runner("dataset", dataset=str(bdbc))
+    means = runner.table.means("PERF")
+    for k in (1, 3):
+        tuner = make_tuner("dqn", runner.space, seed=0, direction="min", params={"gradient_steps": k, "learning_starts": 0})
+        results = []  # the results that trained: every move's (a jump's result trains nothing)
+        train = tuner._train
+        tuner._train = lambda train=train: (results.append(1), train())
+        for _ in range(30):
+            (config,) = tuner.ask(1)
+            tuner.tell(config, means[config])
+        assert results and tuner._steps == k * len(results)

@@ -104,6 +104,7 @@ class Params:
     exploration_steps: Annotated[int, Field(ge=1)] = 60  # epsilon falls linearly from 1 to its final value over these decisions
     final_epsilon: Annotated[float, Field(ge=0, le=1)] = 0.05
     hidden_units: Annotated[int, Field(ge=1, le=4096)] = 64
+    gradient_steps: Annotated[int, Field(ge=1, le=256)] = 1  # training steps per measured result
 
 
 class DeepQNetwork(Tuner):
@@ -207,13 +208,14 @@ class DeepQNetwork(Tuner):
         self._transitions += 1
 
     def _train(self) -> None:
-        """One gradient step per measured result (free moves add transitions, not training time)."""
+        """``gradient_steps`` per measured result (free moves add transitions, not training time)."""
         if self._transitions < self.params.learning_starts:
             return
-        self.model.train(gradient_steps=1, batch_size=self.params.batch_size)
-        self._steps += 1
-        if self._steps % self.params.target_update_interval == 0:
-            self.model._on_step()  # copies q_net into the target network
+        for _ in range(self.params.gradient_steps):
+            self.model.train(gradient_steps=1, batch_size=self.params.batch_size)
+            self._steps += 1
+            if self._steps % self.params.target_update_interval == 0:
+                self.model._on_step()  # copies q_net into the target network
 
     def _choose(self, obs: np.ndarray) -> int:
         """Epsilon-greedy with this tuner's own generator; greedy on the Q-network."""
