@@ -307,6 +307,16 @@ def _trial_dict(t: Any) -> dict[str, Any]:
     return {k: getattr(t, k) for k in keys}
 
 
+def evaluations_to_find(trials: list[Any], top: Any, repeats: int) -> int:
+    """Evaluations spent up to the first measurement of ``top``: a trial's first run counts one, and so does
+    each adaptive re-measurement (a run past its repeats) taken before it."""
+    if all(t.runs <= repeats for t in trials):
+        return sum(1 for t in trials if t.number <= top.number and t.status != "STALE")
+    found = top.measurements[0].created_at
+    return sum(1 for t in trials if t.status != "STALE" for m in t.measurements
+               if (m.repeat == 0 or m.repeat >= repeats) and m.created_at <= found)
+
+
 @app.command()
 def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOption = None, as_json: JsonOption = False) -> None:
     """The best configuration a campaign found."""
@@ -319,7 +329,7 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
     result = {
         "campaign": campaign,
         "trial": top.number,
-        "evaluations_to_find": sum(1 for t in rows if t.number <= top.number and t.status != "STALE"),
+        "evaluations_to_find": evaluations_to_find(rows, top, record.repeats),
         "value": top.value,
         "objective": {"metric": record.objective_metric, "direction": record.objective_direction},
         "config": top.config,

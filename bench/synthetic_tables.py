@@ -10,6 +10,12 @@ Laplace main effect of scale 0.3 on the log) and otherwise nearly inert (scale 0
 configurations sit within 1% of the best; ``--interactions`` pairs get a Laplace effect of their own.
 Written by hand: the generator is twenty lines and must be reproducible from its seed. The tables are
 written in the MOOT format (options, then ``Performance-``), so every StoreTune command reads them.
+
+    .venv/bin/python bench/synthetic_tables.py --out results/sampled --sample 7z:0.05,7z:0.2,BDBC:0.2,HSMGP_num:0.2
+
+``--sample NAME:SHARE`` instead writes a table of ``SHARE`` of the rows of a measured MOOT table, drawn at
+random (pandas, seed ``--first-seed``): a sampled table, whose configurations no longer form a grid, so
+that one-option moves land on the nearest listed configuration, as on SQL_AllMeasurements.
 """
 
 from __future__ import annotations
@@ -48,14 +54,31 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=1000)
     parser.add_argument("--options", type=int, default=12)
     parser.add_argument("--interactions", type=int, default=3)
+    parser.add_argument("--sample", default="", help="NAME:SHARE,...: rows sampled from ../shared's MOOT tables")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.sample:
+        sample(args.sample, args.out, args.first_seed)
+        return
     for seed in range(args.first_seed, args.first_seed + args.tables):
         X, y = table(seed, args.options, args.interactions)
         path = args.out / f"synthetic-{seed}.csv"
         write(path, X, y)
         near = int(np.sum(y <= y.min() / 0.99))
         print(f"{path}: {len(y)} configurations, {near} within 1% of the best, spread {y.max() / y.min():.1f}x")
+
+
+def sample(spec: str, out: Path, seed: int) -> None:
+    import pandas as pd
+
+    moot = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "moot_configs"
+    for item in filter(None, spec.split(",")):
+        name, _, share = item.partition(":")
+        frame = pd.read_csv(moot / f"{name}.csv")
+        rows = frame.sample(max(2, round(len(frame) * float(share or 0.1))), random_state=seed)
+        path = out / f"{name}-{len(rows)}.csv"
+        rows.to_csv(path, index=False)
+        print(f"{path}: {len(rows)} of {len(frame)} rows of {name}")
 
 
 if __name__ == "__main__":

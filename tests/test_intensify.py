@@ -136,3 +136,16 @@ def test_the_cli_reports_the_measurements_behind_the_best(sqlite_url):
     best = json.loads(run_cli("best", str(summary["campaign"]), "--json", db=sqlite_url, check=True).stdout)
     assert len(best["repeats"]) == summary["best_runs"] and best["config"] == summary["best_config"]
     assert Config(best["config"]) == Config(summary["best_config"])
+
+
+def test_found_after_counts_the_re_measurements_before_the_best(sqlite_url):
+    from api.cli import evaluations_to_find
+
+    history = History(sqlite_url)
+    first: dict[int, int] = {}  # trial number -> the evaluation that measured it first
+    summary = Campaign.create(history, spec(POSTGRES, budget=50, seed=5, max_repeats=3)).run(
+        on_trial=lambda r: first.setdefault(r.number, r.evaluated))
+    trials = history.trials(summary.campaign, measurements=True)
+    top = best_trial(trials, "min")
+    assert evaluations_to_find(trials, top, 1) == first[top.number]
+    assert first[top.number] > top.number + 1 or all(t.runs == 1 for t in trials if t.number < top.number)
