@@ -71,7 +71,7 @@ def run(task: Task) -> tuple[Task, dict, float]:
     run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=objective, store=store, budget=budget,
              repeats=s.repeats, batch_size=1, seed=task.seed, max_repeats=s.max_repeats)
     trials = store.trials()
-    best = best_trial(trials, objective.direction)
+    best = best_trial(trials, objective.direction, most_measured=s.max_repeats is not None)
     return task, best.config, float(sum(t.runs for t in trials))
 
 

@@ -3,12 +3,13 @@ the reported best, resume, parallel workers, bad input)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from conftest import run_cli, shared
-from runners import make_runner
+from runners import Status, make_runner
 from search_spaces import Config
 from test_campaign import FlakyRunner, spec
 from tuner import Campaign, History, best_trial, make_tuner
@@ -69,19 +70,84 @@ def test_a_campaign_re_measures_within_its_budget_and_reports_the_incumbent(sqli
         assert [m.repeat for m in t.measurements] == list(range(t.runs))
         values = [m.metrics["Performance"] for m in t.measurements]
         assert t.value == pytest.approx(sum(values) / len(values))
-    best = best_trial(trials, "min")
+    best = best_trial(trials, "min", most_measured=True)
     assert best.runs == max(t.runs for t in trials) == summary.best_runs
-    assert summary.best_value == best.value and history.best_trial(summary.campaign, "min").id == best.id
+    assert summary.best_value == best.value and history.best_trial(summary.campaign, "min", True).id == best.id
     lucky = min(trials, key=lambda t: t.value)
     assert lucky.runs < best.runs or lucky.id == best.id
 
 
-def test_fixed_repeats_are_the_same_campaign_as_before(sqlite_url):
+def test_the_reported_best_of_an_adaptive_campaign_is_never_a_lucky_first_run(sqlite_url):
     history = History(sqlite_url)
-    fixed = Campaign.create(history, spec(POSTGRES, budget=15, seed=2, repeats=2)).run()
-    capped = Campaign.create(history, spec(POSTGRES, budget=15, seed=2, repeats=2, max_repeats=2)).run()
-    assert fixed.evaluated == capped.evaluated == 15 and fixed.measurements == capped.measurements == 30
-    assert fixed.best_config == capped.best_config and fixed.best_value == capped.best_value
+    summary = Campaign.create(history, spec(POSTGRES, budget=40, seed=4, max_repeats=3)).run()
+    record, trials = history.campaign(summary.campaign), history.trials(summary.campaign, measurements=True)
+    incumbent = best_trial(trials, "min", most_measured=True)
+    # a configuration measured once, better than the incumbent: the end of a budget cut its race short
+    lucky = next(t for t in trials if t.runs == 1)
+    lucky = dataclasses.replace(lucky, value=incumbent.value - 1000.0)
+    fields = {k: getattr(record, k) for k in ("space_name", "space_fingerprint", "space", "runner", "runner_settings",
+                                              "workload_name", "workload_fingerprint", "workload", "device",
+                                              "algorithm", "algorithm_params", "objective_metric",
+                                              "objective_direction", "budget", "seed", "repeats", "max_repeats",
+                                              "batch_size")}
+    copied = history.write_campaign({**fields, "state": "finished"},
+                                    [lucky if t.id == lucky.id else t for t in trials])
+    rows = history.trials(copied, measurements=True)
+    for reader in (lambda: best_trial(rows, "min", most_measured=True), lambda: history.best_trial(copied, "min", True)):
+        assert reader().config == incumbent.config and reader().runs == 3
+    assert best_trial(rows, "min").config == lucky.config  # the plain rule (fixed repeats) takes the best mean
+    assert history.best_trial(copied, "min").config == lucky.config
+    from tuner import CampaignSummary
+
+    assert CampaignSummary.of(history.campaign(copied), rows, "").best_config == incumbent.config
+
+
+def test_a_failed_re_measurement_fails_the_configuration_as_a_failed_repeat_does(sqlite_url):
+    again: list[int] = []
+    history = History(sqlite_url)
+    Campaign.create(history, spec(POSTGRES, budget=20, seed=3, max_repeats=3)).run(
+        on_trial=lambda r: again.append(r.evaluated) if r.remeasured else None)
+    runner = FlakyRunner(make_runner("dataset", dataset=str(POSTGRES)), {again[0]: RuntimeError("disk on fire")})
+    summary = Campaign.create(history, spec(POSTGRES, budget=20, seed=3, max_repeats=3), runner=runner).run()
+    (failed,) = [t for t in history.trials(summary.campaign, measurements=True) if t.status == "FAILED"]
+    assert failed.runs >= 2 and failed.measurements[-1].status == "FAILED" and failed.value is None
+    assert failed.reason == "runner raised RuntimeError: disk on fire" and summary.evaluated == 20
+
+
+def test_a_resume_settles_a_mean_its_driver_did_not_record_before_telling_the_algorithm(sqlite_url):
+    history = History(sqlite_url)
+    summary = Campaign.create(history, spec(POSTGRES, budget=30, seed=6, max_repeats=3)).run()
+    raced = next(t for t in history.trials(summary.campaign, measurements=True) if t.runs > 1)
+    history.finish_trial(raced.id, Status.SUCCEEDED, raced.measurements[0].metrics["Performance"], None)  # stale mean
+    campaign = Campaign.resume(history, summary.campaign)
+    campaign.run()
+    assert history.trial(summary.campaign, raced.number).value == pytest.approx(raced.value)
+    assert campaign.tuner.told_loss(Config(raced.config)) == pytest.approx(raced.value)
+
+
+def test_a_resumed_campaign_measures_its_queued_trials_before_any_re_measurement():
+    from tuner.loop import MemoryStore, run_loop
+    from tuner.objective import Objective
+    from runners import Measurement, Status as S
+
+    runner = make_runner("dataset", dataset=str(POSTGRES))
+    objective = Objective("Performance", "min")
+    store = MemoryStore()
+    a, b, c = list(runner.space.enumerate())[:3]
+    done = store.add_trials(0, [a, b], [1, 2])
+    for t, value in zip(done, (10.0, 9.0)):  # two configurations measured once each: a race has just ended
+        store.add_measurement(t.id, 0, Measurement(S.SUCCEEDED, {"Performance": value}))
+        store.finish_trial(t.id, S.SUCCEEDED, value, None)
+    (queued,) = store.add_trials(0, [c], [3])  # in flight when the driver died
+    tuner = make_tuner("random", runner.space, seed=0, direction="min")
+    for t in store.trials():
+        if t.value is not None:
+            tuner.tell(Config(t.config), t.value)
+    outcome = run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=objective, store=store, budget=3,
+                       repeats=1, batch_size=1, seed=0, evaluated=2, queue=[queued], max_repeats=3,
+                       finished=store.trials(measurements=True)[:2])
+    rows = store.trials()
+    assert outcome.evaluated == 3 and rows[2].status == "SUCCEEDED" and [t.runs for t in rows] == [1, 1, 1]
 
 
 def test_a_campaign_interrupted_during_a_re_measurement_resumes_its_races(sqlite_url):
@@ -132,7 +198,9 @@ def test_the_cli_reports_the_measurements_behind_the_best(sqlite_url):
     proc = run_cli("tune", "--runner", "dataset", "--dataset", str(POSTGRES), "--budget", "30", "--max-repeats", "3",
                    "--json", db=sqlite_url, check=True)
     summary = json.loads(proc.stdout)
-    assert summary["evaluated"] == summary["measurements"] == 30 and summary["best_runs"] >= 1
+    assert summary["evaluated"] == summary["measurements"] == 30
+    history = History(sqlite_url)
+    assert summary["best_runs"] == max(t.runs for t in history.trials(summary["campaign"]) if t.status == "SUCCEEDED")
     best = json.loads(run_cli("best", str(summary["campaign"]), "--json", db=sqlite_url, check=True).stdout)
     assert len(best["repeats"]) == summary["best_runs"] and best["config"] == summary["best_config"]
     assert Config(best["config"]) == Config(summary["best_config"])
@@ -146,6 +214,25 @@ def test_found_after_counts_the_re_measurements_before_the_best(sqlite_url):
     summary = Campaign.create(history, spec(POSTGRES, budget=50, seed=5, max_repeats=3)).run(
         on_trial=lambda r: first.setdefault(r.number, r.evaluated))
     trials = history.trials(summary.campaign, measurements=True)
-    top = best_trial(trials, "min")
+    top = best_trial(trials, "min", most_measured=True)
     assert evaluations_to_find(trials, top, 1) == first[top.number]
     assert first[top.number] > top.number + 1 or all(t.runs == 1 for t in trials if t.number < top.number)
+
+
+def test_the_report_of_an_adaptive_campaign_counts_evaluations_and_follows_the_incumbent(sqlite_url):
+    from tuner.report import campaign_data
+
+    history = History(sqlite_url)
+    summary = Campaign.create(history, spec(POSTGRES, budget=40, seed=4, max_repeats=3)).run()
+    trials = history.trials(summary.campaign, measurements=True)
+    data = campaign_data(history, summary.campaign)
+    assert data["evaluated"] == 40 and data["best"]["value"] == summary.best_value
+    curve = data["convergence"]
+    assert curve["evaluation"] == list(range(1, 41)) and curve["best"][-1] == pytest.approx(summary.best_value)
+    assert sorted(curve["trial"]) == sorted(t.number for t in trials for _ in range(t.runs))  # one entry per run
+    means = {t.number: [] for t in trials}
+    for number, value in zip(curve["trial"], curve["value"]):  # each entry: the trial's mean after that run
+        means[number].append(value)
+    for t in trials:
+        assert means[t.number][-1] == pytest.approx(t.value)
+    assert data["near_optimal"]["trials"][0]["value"] <= summary.best_value

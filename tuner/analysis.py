@@ -22,15 +22,16 @@ def trials_by_status(trials: Sequence[TrialView]) -> dict[str, int]:
     return {s.value: counts[s.value] for s in Status if counts[s.value]}
 
 
-def best_trial(trials: Sequence[TrialView], direction: str) -> TrialView | None:
-    """The succeeded trial with the best value among those measured the most times; ties go to the
-    earliest. With fixed repeats every trial has the same runs, so this is the best value; with adaptive
-    repeats it is the incumbent (tuner/intensify.py): a configuration lucky once is not reported."""
+def best_trial(trials: Sequence[TrialView], direction: str, most_measured: bool = False) -> TrialView | None:
+    """The succeeded trial with the best value; ties go to the earliest. With ``most_measured`` (a campaign
+    with adaptive repeats), the best among those measured the most times: the incumbent
+    (tuner/intensify.py), so that a configuration lucky once is not reported."""
     scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
     if not scored:
         return None
-    most = max(t.runs for t in scored)
-    scored = [t for t in scored if t.runs == most]
+    if most_measured:
+        most = max(t.runs for t in scored)
+        scored = [t for t in scored if t.runs == most]
     return min(scored, key=lambda t: (to_loss(t.value, direction), t.number))
 
 
@@ -64,7 +65,7 @@ class CampaignSummary:
 
     @classmethod
     def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:
-        best = best_trial(trials, record.objective_direction)
+        best = best_trial(trials, record.objective_direction, record.max_repeats is not None)
         return cls(
             campaign=record.id,
             algorithm=record.algorithm,
@@ -161,15 +162,61 @@ def convergence(outcomes: Sequence[tuple[int, str, float | None, Any, Any]], dir
     )
 
 
-def near_optimal_trials(trials: Sequence[TrialView], direction: str, within: float) -> list[TrialView]:
+def race_convergence(trials: Sequence[TrialView], metric: str, direction: str, repeats: int) -> Convergence:
+    """The convergence of a campaign with adaptive repeats, from its trials read with their measurements:
+    one entry per evaluation (a trial's first ``repeats`` runs, or one re-measurement) in the order they
+    finished; ``value`` is the trial's mean after it, ``best`` the incumbent's mean then (the trial the
+    campaign would have reported), not the best mean seen: a challenger lucky once does not lower it."""
+    from tuner.intensify import Standing, incumbent
+
+    events = []
+    for t in trials:
+        if t.status == Status.STALE.value or not t.measurements:
+            continue
+        runs = sorted(t.measurements, key=lambda m: m.repeat)
+        first = [m for m in runs if m.repeat < repeats]
+        ends = ([len(first)] if first else []) + [m.repeat + 1 for m in runs if m.repeat >= repeats]
+        for n in ends:
+            events.append((runs[n - 1].created_at, t.number, t, runs[:n]))
+    events.sort(key=lambda e: (e[0] is None, e[0] or 0, e[1]))
+    starts = [t.started_at for t in trials if t.started_at is not None]
+    origin = min(starts) if starts else None
+    standings: dict[int, Standing] = {}
+    out = Convergence([], [], [], [], [], [])
+    for when, number, t, runs in events:
+        ok = all(m.status == Status.SUCCEEDED.value and metric in m.metrics for m in runs)
+        value = float(np.mean([m.metrics[metric] for m in runs])) if ok else None
+        standings[t.id] = Standing(t.id, len(runs), value)
+        best = incumbent(standings.values(), direction)
+        out.evaluation.append(len(out.evaluation) + 1)
+        out.trial.append(number)
+        out.status.append(Status.SUCCEEDED.value if ok else runs[-1].status)
+        out.value.append(value)
+        out.best.append(None if best is None else best.value)
+        out.elapsed_s.append(None if origin is None or when is None else (when - origin).total_seconds())
+    return out
+
+
+def campaign_convergence(history: Any, record: CampaignView) -> Convergence:
+    """A recorded campaign's convergence: ``convergence`` from its trials' rows, or ``race_convergence``
+    from their measurements when it re-measured challengers (adaptive repeats)."""
+    if record.max_repeats is None:
+        return convergence(history.outcomes(record.id), record.objective_direction)
+    return race_convergence(history.trials(record.id, measurements=True), record.objective_metric,
+                            record.objective_direction, record.repeats)
+
+
+def near_optimal_trials(trials: Sequence[TrialView], direction: str, within: float,
+                        most_measured: bool = False) -> list[TrialView]:
     """The succeeded trials within ``within`` of the campaign's best value (the ATC'18 definition:
-    at least within x best when maximising, at most best / within when minimising), best first."""
+    at least within x best when maximising, at most best / within when minimising), best first. The best
+    value is ``best_trial``'s (with ``most_measured``, the incumbent's mean, not a lucky first run)."""
     if not 0 < within <= 1:
         raise ValueError(f"within must be in (0, 1], e.g. 0.99 for 'within 1% of the best'; got {within}")
     scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
     if not scored:
         return []
-    best = best_of([t.value for t in scored], direction)  # type: ignore[misc]
+    best = best_trial(scored, direction, most_measured).value  # type: ignore[union-attr]
     if direction == "max" and best <= 0 or direction == "min" and best < 0:
         raise ValueError(f"'within' is a ratio to the best value, which is {best:g} here: it needs a positive best")
     near = [t for t in scored if within_of_best(t.value, best, direction, within)]  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from tuner.analysis import CampaignSummary, evaluations
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
 from tuner.intensify import check_max_repeats
-from tuner.loop import MemoryStore, TrialResult, run_loop, trial_seed
+from tuner.loop import MemoryStore, TrialResult, run_loop, settle, trial_seed
 from tuner.views import CampaignView, TrialView
 from tuner.objective import Objective
 from tuner.registry import make_tuner
@@ -188,6 +188,8 @@ class Campaign:
             self.tuner.warm_start(history.prior_observations(rec))
         adaptive = rec.max_repeats is not None
         trials = history.trials(rec.id, measurements=adaptive)
+        if adaptive:
+            trials = settle(trials, self.objective, history)
         for t in trials:  # what this campaign measured already (after a crash or an interrupt)
             if Status(t.status).terminal:
                 self.tuner.tell(Config(t.config), t.value, Status(t.status))

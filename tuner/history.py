@@ -253,15 +253,16 @@ class History:
         with self.session() as s:
             return int(s.scalar(query) or 0)
 
-    def best_trial(self, campaign_id: int, direction: str) -> TrialView | None:
-        """The succeeded trial with the best value among those measured the most times (ties: the
-        earliest), with its measurements (``analysis.best_trial``'s rule, in SQL): the first row of the
-        (campaign, status, value) index, not a sort of the campaign's trials."""
+    def best_trial(self, campaign_id: int, direction: str, most_measured: bool = False) -> TrialView | None:
+        """The succeeded trial with the best value (ties: the earliest), among those measured the most
+        times with ``most_measured`` (``analysis.best_trial``'s rule, in SQL), with its measurements: the
+        first row of the (campaign, status, value) index, not a sort of the campaign's trials."""
         value = TrialRecord.value if direction == "min" else TrialRecord.value.desc()
         scored = (TrialRecord.campaign_id == campaign_id, TrialRecord.status == Status.SUCCEEDED.value,
                   TrialRecord.value.is_not(None))
-        most = select(func.max(TrialRecord.runs)).where(*scored).scalar_subquery()
-        query = (select(TrialRecord).where(*scored, TrialRecord.runs == most)
+        most = (TrialRecord.runs == select(func.max(TrialRecord.runs)).where(*scored).scalar_subquery(),) \
+            if most_measured else ()
+        query = (select(TrialRecord).where(*scored, *most)
                  .order_by(value, TrialRecord.number).limit(1).options(selectinload(TrialRecord.measurements)))
         with self.session() as s:
             record = s.scalar(query)

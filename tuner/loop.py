@@ -17,7 +17,7 @@ from search_spaces import Config, config_hash
 from search_spaces.status import loss as to_loss
 from tuner.base import Tuner
 from tuner.executor import Executor, Job, LocalExecutor, repeat_seeds
-from tuner.intensify import Standing, next_remeasure
+from tuner.intensify import Standing, incumbent, next_remeasure
 from tuner.objective import Objective
 from tuner.views import MeasurementView, TrialStore, TrialView
 
@@ -90,7 +90,7 @@ def run_loop(
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated)
     queue = list(queue)
-    races = None if max_repeats is None else _Races(objective, store, max_repeats, finished)
+    races = None if max_repeats is None else _Races(objective, max_repeats, finished)
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
         job.trial_id, repeat, m))
@@ -106,7 +106,8 @@ def run_loop(
             if not starting and stop is not None and stop():
                 outcome.stopped = True
                 break
-            again = None if races is None else races.next(busy=set(in_flight) | {t.id for t in starting})
+            # a resume's queued trials first (they were in flight before), then re-measurements
+            again = None if races is None or queue else races.next(busy=set(in_flight) | {t.id for t in starting})
             if again is not None:  # a re-measurement: the trial keeps its state and counts one evaluation
                 starting.append(again)
                 continue
@@ -154,8 +155,12 @@ def run_loop(
         outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
         outcome.evaluated += 1
         if on_trial is not None:
-            best = tuner.own_best
-            best_value = None if best is None else to_loss(best.loss, objective.direction)
+            if races is not None:  # the incumbent, which the campaign reports; not a lucky first run
+                incumbent = races.incumbent()
+                best_value = None if incumbent is None else incumbent.value
+            else:
+                best = tuner.own_best
+                best_value = None if best is None else to_loss(best.loss, objective.direction)
             duration = sum(m.duration_s for m in measurements[job.first_repeat:])
             on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
                                  budget, best_value, tuner.warm_started, len(measurements), job.first_repeat > 0))
@@ -166,25 +171,38 @@ def run_loop(
     return outcome
 
 
+def _measurements(t: TrialView) -> list[Measurement]:
+    return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s) for m in t.measurements or ()]
+
+
+def settle(trials: Sequence[TrialView], objective: Objective, store: TrialStore) -> list[TrialView]:
+    """Each finished trial's status and value recomputed from all its measurements (read with them), and
+    recorded where they differ: a driver that died between an adaptive re-measurement and the new mean
+    left the old one. A resumed campaign settles its trials before it tells the algorithm anything."""
+    out = []
+    for t in trials:
+        if Status(t.status).terminal and t.measurements:
+            status, value, reason = objective.outcome(_measurements(t))
+            if (status.value, value) != (t.status, t.value):
+                store.finish_trial(t.id, status, value, reason)
+                t = dataclasses.replace(t, status=status.value, value=value, reason=reason)
+        out.append(t)
+    return out
+
+
 class _Races:
     """The loop's side of adaptive repeats: every finished trial's measurements and standing, and the
-    intensifier's choice of what to measure again."""
+    intensifier's choice of what to measure again. ``finished`` are settled already (``settle``)."""
 
-    def __init__(self, objective: Objective, store: TrialStore, max_repeats: int, finished: Sequence[TrialView]):
+    def __init__(self, objective: Objective, max_repeats: int, finished: Sequence[TrialView]):
         self.objective, self.max_repeats = objective, max_repeats
         self._trials: dict[int, TrialView] = {}
         self._measurements: dict[int, list[Measurement]] = {}
         self._standings: dict[int, Standing] = {}
         for t in finished:
-            if not Status(t.status).terminal or t.measurements is None:
-                continue
-            ms = [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s) for m in t.measurements]
-            status, value, reason = objective.outcome(ms)
-            if (status.value, value) != (t.status, t.value):  # a driver that died between a run and its mean
-                store.finish_trial(t.id, status, value, reason)
-                t = dataclasses.replace(t, status=status.value, value=value, reason=reason)
-            self._trials[t.id], self._measurements[t.id] = t, ms
-            self._standings[t.id] = Standing(t.id, len(ms), value if status is Status.SUCCEEDED else None)
+            if Status(t.status).terminal and t.measurements is not None:
+                self._trials[t.id], self._measurements[t.id] = t, _measurements(t)
+                self.finish(t.id, t.value if t.status == Status.SUCCEEDED.value else None)
 
     def known(self, trial_id: int) -> bool:
         return trial_id in self._measurements
@@ -200,6 +218,9 @@ class _Races:
 
     def finish(self, trial_id: int, value: float | None) -> None:
         self._standings[trial_id] = Standing(trial_id, self.runs(trial_id), value)
+
+    def incumbent(self) -> Standing | None:
+        return incumbent(self._standings.values(), self.objective.direction)
 
     def next(self, busy: set[int]) -> TrialView | None:
         chosen = next_remeasure(self._standings.values(), self.objective.direction, self.max_repeats, busy)

@@ -17,7 +17,7 @@ import numpy as np
 
 from runners import Status
 from search_spaces.status import best_of, loss, within_of_best
-from tuner.analysis import convergence, held_out, near_optimal_trials
+from tuner.analysis import campaign_convergence, convergence, evaluations, held_out, near_optimal_trials
 from tuner.history import History
 
 PARALLEL_LINES = 1000  # lines of the parallel-coordinates plot at most: beyond, a seeded sample
@@ -35,15 +35,18 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     names = [p["name"] for p in record.space["parameters"]]
     finished = [t for t in trials if Status(t.status).terminal]
     scored = [t for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
-    best = history.best_trial(campaign_id, direction)
-    curve = convergence([(t.number, t.status, t.value, t.started_at, t.finished_at) for t in trials], direction)
+    best = history.best_trial(campaign_id, direction, record.max_repeats is not None)
+    if record.max_repeats is None:
+        curve = convergence([(t.number, t.status, t.value, t.started_at, t.finished_at) for t in trials], direction)
+    else:
+        curve = campaign_convergence(history, record)
     values = [t.value for t in scored]
     out: dict[str, Any] = {
         "kind": "campaign", "id": record.id, "state": record.state, "note": record.note,
         "title": f"campaign {record.id}: {record.algorithm} on {record.workload_name}",
         "algorithm": record.algorithm, "space": record.space_name, "workload": record.workload_name,
         "runner": record.runner, "objective": {"metric": record.objective_metric, "direction": direction},
-        "budget": record.budget, "evaluated": len(finished),
+        "budget": record.budget, "evaluated": evaluations(trials, record.repeats),
         "best": None if best is None else {"trial": best.number, "value": best.value, "config": best.config},
         "test_value": held_out(best, record.objective_metric),
         "convergence": curve.to_dict(),
@@ -53,7 +56,8 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         "empty": None if scored else ("no trial has succeeded yet" if not finished else
                                       "no trial succeeded: every one failed, was invalid or timed out (see below)"),
     }
-    near = near_optimal_trials(scored, direction, within) if scored and _positive_best(values, direction) else []
+    adaptive = record.max_repeats is not None
+    near = near_optimal_trials(scored, direction, within, adaptive) if scored and _positive_best(values, direction) else []
     out["near_optimal"] = {
         "within": within, "count": len(near),
         "trials": [{"trial": t.number, "value": t.value, "config": t.config} for t in near[:50]],

@@ -17,7 +17,7 @@ from api.schemas import (
 from api.service import Refused, apply_policy, check_stored
 from runners import RUNNERS, Status, make_runner, runner_class, settings_model
 from tuner import Campaign, CampaignSpec
-from tuner.analysis import convergence, held_out, near_optimal_trials
+from tuner.analysis import best_trial, campaign_convergence, held_out, near_optimal_trials
 from tuner.base import HyperparameterError, parse_params
 from tuner.campaign import InvalidSpec, driver_alive
 from tuner.registry import algorithm_class, algorithm_target
@@ -39,7 +39,7 @@ def links(campaign_id: int) -> dict[str, str]:
 def public(svc: Any, c: CampaignView) -> CampaignPublic:
     counts = svc.history.status_counts(c.id)
     ordered = {s.value: counts[s.value] for s in Status if counts.get(s.value)}
-    best = svc.history.best_trial(c.id, c.objective_direction)
+    best = svc.history.best_trial(c.id, c.objective_direction, c.max_repeats is not None)
     return CampaignPublic(
         id=c.id, state=c.state, cancel_requested=c.cancel_requested, origin=c.origin, note=c.note,
         created_at=c.created_at, finished_at=c.finished_at, runner=c.runner, runner_settings=c.runner_settings,
@@ -206,11 +206,13 @@ def near_optimal(campaign_id: CampaignId, svc: ServiceDep,
                  ) -> NearOptimal:
     """The trials within ``within`` of the best value measured so far, best first."""
     c = _campaign(svc, campaign_id)
+    trials, adaptive = svc.history.trials(campaign_id), c.max_repeats is not None
     try:
-        near = near_optimal_trials(svc.history.trials(campaign_id), c.objective_direction, within)
+        near = near_optimal_trials(trials, c.objective_direction, within, adaptive)
     except ValueError as e:
         raise Refused(("query", "within"), str(e)) from None
-    return NearOptimal(within=within, best_value=near[0].value if near else None,
+    best = best_trial(trials, c.objective_direction, adaptive) if near else None
+    return NearOptimal(within=within, best_value=None if best is None else best.value,
                        objective=Objective(metric=c.objective_metric, direction=c.objective_direction),  # type: ignore[arg-type]
                        items=trials_public(svc, near), total=len(near))
 
@@ -223,7 +225,7 @@ def get_convergence(campaign_id: CampaignId, svc: ServiceDep) -> Response:
     key = ("convergence", campaign_id, svc.history.trials_version(campaign_id))
     body = svc.cache.get(key)
     if body is None:
-        columns = convergence(svc.history.outcomes(campaign_id), c.objective_direction)
+        columns = campaign_convergence(svc.history, c)
         body = json.dumps({"campaign": c.id, "objective": {"metric": c.objective_metric,
                                                            "direction": c.objective_direction},
                            "budget": c.budget, **columns.to_dict()}, allow_nan=False).encode()
