@@ -72,7 +72,7 @@ def _campaign_best(campaign: int, db: str | None, trace: Path, split: float, see
     if (settings.train, settings.seed) != (split, seed):
         raise UserError(f"campaign {campaign} was tuned with --split {settings.train} --seed {settings.seed}; pass "
                         "them, or its test part and models would differ")
-    top = best_trial(history.trials(campaign), record.objective_direction, record.max_repeats is not None)
+    top = best_trial(history.trials(campaign), record.objective_direction, record.adaptive)
     if top is None:
         raise UserError(f"campaign {campaign} has no succeeded trial yet")
     cfg = AdmissionConfig.of(top.config)

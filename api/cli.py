@@ -323,7 +323,7 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
     history = open_history(db, migrate=False)
     record = history.campaign(campaign)
     rows = history.trials(campaign, measurements=True)
-    top = best_trial(rows, record.objective_direction, record.max_repeats is not None)
+    top = best_trial(rows, record.objective_direction, record.adaptive)
     if top is None:
         raise UserError(f"campaign {campaign} has no succeeded trial yet")
     result = {

@@ -48,7 +48,7 @@ def campaigns_table(records: Sequence[CampaignView]) -> Table:
 
 
 def trials_table(record: CampaignView, trials: Sequence[TrialView]) -> Table:
-    best = best_trial(trials, record.objective_direction, record.max_repeats is not None)
+    best = best_trial(trials, record.objective_direction, record.adaptive)
     title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}, {record.objective_direction} {record.objective_metric}"
     table = Table(title=title, title_justify="left")
     for column, justify in (("#", "right"), ("status", "left"), ("value", "right"), ("configuration", "left"), ("reason", "left")):

@@ -65,7 +65,7 @@ class CampaignSummary:
 
     @classmethod
     def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:
-        best = best_trial(trials, record.objective_direction, record.max_repeats is not None)
+        best = best_trial(trials, record.objective_direction, record.adaptive)
         return cls(
             campaign=record.id,
             algorithm=record.algorithm,

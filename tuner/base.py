@@ -108,38 +108,35 @@ class Tuner(ABC):
     def tell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED) -> None:
         """Report a finished evaluation. A SUCCEEDED trial without a finite value counts as FAILED.
         FAILED and INVALID configurations are remembered and never proposed again."""
+        observation = self._observation(config, value, status)
+        self.observations.append(observation)
+        self._told[observation.config] = observation.status
+        self._losses[observation.config] = observation.loss
+        self._tell(observation)
+
+    def _observation(self, config: Config | Mapping[str, Any], value: float | None, status: Status) -> Observation:
+        """A finished evaluation as the algorithm sees it: validated, and a SUCCEEDED one without a finite
+        value made FAILED, its value turned into a loss."""
         config = self.space.validate(config)
         status = Status(status)
         if not status.terminal:
             raise ValueError(f"tell() takes a finished evaluation, not {status.value}")
         if status is Status.SUCCEEDED and (value is None or not math.isfinite(value)):
             status = Status.FAILED
-        loss = None
-        if status is Status.SUCCEEDED:
-            loss = to_loss(value, self.direction)
-        observation = Observation(config, loss, status)
-        self.observations.append(observation)
-        self._told[config] = status
-        self._losses[config] = loss
-        self._tell(observation)
+        return Observation(config, to_loss(value, self.direction) if status is Status.SUCCEEDED else None, status)
 
     def retell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED) -> None:
         """Report a new result for a configuration told before (its mean after a re-measurement, with
         adaptive repeats): the observation is replaced, not added, and ``_retell`` lets a model update.
         A configuration never told is told."""
-        config = self.space.validate(config)
-        if config not in self._told:
-            self.tell(config, value, status)
+        new = self._observation(config, value, status)
+        if new.config not in self._told:
+            self.tell(new.config, value, status)
             return
-        status = Status(status)
-        if status is Status.SUCCEEDED and (value is None or not math.isfinite(value)):
-            status = Status.FAILED
-        loss = to_loss(value, self.direction) if status is Status.SUCCEEDED else None
-        index = max(i for i, o in enumerate(self.observations) if o.config == config)
-        old = self.observations[index]
-        self.observations[index] = new = Observation(config, loss, status)
-        self._told[config] = status
-        self._losses[config] = loss
+        index = max(i for i, o in enumerate(self.observations) if o.config == new.config)
+        old, self.observations[index] = self.observations[index], new
+        self._told[new.config] = new.status
+        self._losses[new.config] = new.loss
         self._retell(old, new)
 
     def _retell(self, old: Observation, new: Observation) -> None:  # noqa: B027 - most algorithms read told_loss

@@ -186,7 +186,7 @@ class Campaign:
         history.mark_stale(rec.id, STALE_REASON)
         if rec.warm_start == "same":
             self.tuner.warm_start(history.prior_observations(rec))
-        adaptive = rec.max_repeats is not None
+        adaptive = rec.adaptive
         trials = history.trials(rec.id, measurements=adaptive)
         if adaptive:
             trials = settle(trials, self.objective, history)

@@ -97,7 +97,6 @@ class Portfolio(Tuner):
             else:
                 stalled = self._since_best >= self.params.patience
                 order = self._draw() if stalled else [self.lead, *(i for i in self._draw() if i != self.lead)]
-                order = [i for i in order if i not in self._retired]
                 picked, configs = None, []
                 for i in order:  # a member with nothing left to propose passes to the next
                     configs = [c for c in self.members[i].ask(1) if c not in out and not self.known(c)]

@@ -35,7 +35,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     names = [p["name"] for p in record.space["parameters"]]
     finished = [t for t in trials if Status(t.status).terminal]
     scored = [t for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
-    best = history.best_trial(campaign_id, direction, record.max_repeats is not None)
+    best = history.best_trial(campaign_id, direction, record.adaptive)
     if record.max_repeats is None:
         curve = convergence([(t.number, t.status, t.value, t.started_at, t.finished_at) for t in trials], direction)
     else:
@@ -56,7 +56,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         "empty": None if scored else ("no trial has succeeded yet" if not finished else
                                       "no trial succeeded: every one failed, was invalid or timed out (see below)"),
     }
-    adaptive = record.max_repeats is not None
+    adaptive = record.adaptive
     near = near_optimal_trials(scored, direction, within, adaptive) if scored and _positive_best(values, direction) else []
     out["near_optimal"] = {
         "within": within, "count": len(near),

@@ -99,6 +99,11 @@ class CampaignView:
     cancel_requested: bool = False
     max_repeats: int | None = None
 
+    @property
+    def adaptive(self) -> bool:
+        """Adaptive repeats: its best is the best mean among the most-measured trials (``best_trial``)."""
+        return self.max_repeats is not None
+
 
 @dataclass(frozen=True)
 class ComparisonView:

@@ -39,7 +39,7 @@ def links(campaign_id: int) -> dict[str, str]:
 def public(svc: Any, c: CampaignView) -> CampaignPublic:
     counts = svc.history.status_counts(c.id)
     ordered = {s.value: counts[s.value] for s in Status if counts.get(s.value)}
-    best = svc.history.best_trial(c.id, c.objective_direction, c.max_repeats is not None)
+    best = svc.history.best_trial(c.id, c.objective_direction, c.adaptive)
     return CampaignPublic(
         id=c.id, state=c.state, cancel_requested=c.cancel_requested, origin=c.origin, note=c.note,
         created_at=c.created_at, finished_at=c.finished_at, runner=c.runner, runner_settings=c.runner_settings,
@@ -206,7 +206,7 @@ def near_optimal(campaign_id: CampaignId, svc: ServiceDep,
                  ) -> NearOptimal:
     """The trials within ``within`` of the best value measured so far, best first."""
     c = _campaign(svc, campaign_id)
-    trials, adaptive = svc.history.trials(campaign_id), c.max_repeats is not None
+    trials, adaptive = svc.history.trials(campaign_id), c.adaptive
     try:
         near = near_optimal_trials(trials, c.objective_direction, within, adaptive)
     except ValueError as e:
