@@ -117,7 +117,7 @@ def test_auto_asks_more_of_the_member_that_finds_better_configurations():
     assert all(s["random"] > 0 for s in shares)  # a member that does worse is still asked now and then
 
 
-def test_auto_leads_with_bo_where_its_model_scores_the_whole_space_and_with_ga_elsewhere():
+def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one():
     from search_spaces import load_space
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
@@ -127,8 +127,20 @@ def test_auto_leads_with_bo_where_its_model_scores_the_whole_space_and_with_ga_e
         config = tuner.ask(1)[0]
         tuner.tell(config, means[config])
     assert tuner.share() == {"initial": 0.25, "bo": 0.75, "ga": 0.0, "sa": 0.0}  # never stalled: the lead asks
-    admission = make_tuner("auto", load_space("admission"), seed=0, direction="min")  # real-valued: not listable
+    admission = make_tuner("auto", load_space("admission"), seed=0, direction="min")  # real-valued
     assert admission.names[admission.lead] == "ga"
+    from search_spaces.catalog import space_from_dict
+    from tuner.bayes import LIST_LIMIT
+
+    options = [{"name": f"o{i}", "kind": "categorical", "values": [0, 1]} for i in range(17)]
+    large = space_from_dict({"name": "large", "parameters": options})
+    assert large.finite and large.cardinality() > LIST_LIMIT  # too many to list: BO samples its candidates
+    tuner = make_tuner("auto", large, seed=0, direction="min")
+    assert tuner.names[tuner.lead] == "bo"
+    for _ in range(12):  # past the initial design the lead proposes from its model
+        config = tuner.ask(1)[0]
+        tuner.tell(config, float(sum(config.values())))
+    assert tuner.picks[-2:] == ["bo", "bo"]
     with pytest.raises(ValueError, match="not among the members"):
         make_tuner("auto", runner.space, seed=0, direction="min", params={"members": "ga,sa", "lead": "bo"})
 

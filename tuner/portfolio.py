@@ -4,8 +4,10 @@ Which algorithm is best depends on the table (BO on BDBC and HSMGP, SA on varmai
 PostgreSQL), and a user cannot know it before measuring. ``auto`` runs several members side by side on one shared
 history: every member is told every result, whoever proposed it, so that BO's Gaussian process learns
 from the evolution's children and the annealer walks onto the model's finds. After a shared random
-initial design, the lead asks: BO on a space of up to ``bayes.LIST_LIMIT`` configurations, which its
-model scores whole, else GA. Once ``patience`` evaluations bring no new best, each ask goes to the
+initial design, the lead asks: BO on a finite space (it scores every configuration of one up to
+``bayes.LIST_LIMIT``, sampled candidates and the best ones' neighbours beyond), else GA. On 7z
+(68,640 configurations) BO's lead took 94 evaluations to near-optimal where GA's took 102, success
+at 200 0.95 against 0.86 (100 seeds, README). Once ``patience`` evaluations bring no new best, each ask goes to the
 member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
 earns the share of earlier results it beats; a new best hands the asks back to the lead. A bandit from
 the first ask did worse than BO alone (ARCHITECTURE.md: it cannot tell members apart in a few dozen
@@ -36,7 +38,7 @@ class Params:
     initial_points: Annotated[int, Field(ge=1)] = 10  # random configurations first, shared by every member
     discount: Annotated[float, Field(gt=0, le=1)] = 0.9  # weight of a reward one proposal older than the last
     prior: Annotated[float, Field(gt=0)] = 1.0  # Beta(prior, prior) before a member has proposed anything
-    lead: str = "auto"  # the member asked while the search improves; auto: bo on a listable space, else ga
+    lead: str = "auto"  # the member asked while the search improves; auto: bo on a finite space, else ga
     patience: Annotated[int, Field(ge=0)] = 20  # evaluations without a new best before the bandit takes over
     # BO's Gaussian process costs the cube of its observations: past this many it is retired (GA leads)
     model_limit: Annotated[int, Field(ge=1)] = 500
@@ -74,10 +76,7 @@ class Portfolio(Tuner):
         ]
         lead = self.params.lead
         if lead == "auto":
-            from tuner.bayes import LIST_LIMIT
-
-            listable = space.finite and space.cardinality() <= LIST_LIMIT
-            lead = "bo" if listable and "bo" in self.names else ("ga" if "ga" in self.names else self.names[0])
+            lead = "bo" if space.finite and "bo" in self.names else ("ga" if "ga" in self.names else self.names[0])
         if lead not in self.names:
             raise ValueError(f"auto:lead={lead!r} is not among the members {self.params.members}")
         self.lead = self.names.index(lead)
