@@ -29,6 +29,9 @@ def test_the_threshold_is_chosen_so_that_a_tenth_to_one_percent_is_near_optimal(
     sparse = {Config(a=i): 100 + sign * v for i, v in enumerate(10_000 * rng.random(2000))}  # 1%: ~0.2 configs
     within = within_for_share(sparse, direction)
     assert within < 0.99 and len(near_optimal(sparse, direction, within)) == 2  # 0.1% of 2000
+    # the threshold is a short decimal that, printed and read back, admits the same configurations
+    assert float(f"{within:.15g}") == within and len(repr(within)) <= 10, within
+    assert len(near_optimal(sparse, direction, float(repr(within)))) == 2
     # where 1% of the best already admits 0.1% to 1%, the threshold stays there
     fine = {Config(a=i): 100 + sign * (0 if i < 10 else 5) for i in range(2000)}
     assert within_for_share(fine, direction) == 0.99

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 from scipy.stats import hypergeom
 
@@ -45,7 +47,16 @@ def within_for_share(means: Mapping[Config, float], direction: str, low: float =
     # the inverse of within_of_best at the k-th best value, rounded outwards so that it stays admitted
     gap = abs(kth - best) / abs(best) * (1 + 1e-9)
     within = 1 - gap if direction == "max" else 1 / (1 + gap)
-    return float(within) if within > 0 else preferred
+    if within <= 0:
+        return preferred
+    # the shortest decimal at or below it that admits the same configurations, so that the printed
+    # threshold, passed back as `--within`, reproduces the count (7z: 0.97121 admitted 68 of the 69)
+    admitted = len(near_optimal(means, direction, within))
+    for digits in range(3, 16):
+        short = math.floor(within * 10**digits) / 10**digits
+        if short > 0 and len(near_optimal(means, direction, short)) == admitted:
+            return short
+    return float(within)
 
 
 def evaluations_to_hit(evaluated: Sequence[Config], targets: set[Config]) -> int | None:
