@@ -193,7 +193,8 @@ def test_dqn_takes_as_many_gradient_steps_per_result_as_asked(bdbc):
     runner = make_runner("dataset", dataset=str(bdbc))
     means = runner.table.means("PERF")
     for k in (1, 3):
-        tuner = make_tuner("dqn", runner.space, seed=0, direction="min", params={"gradient_steps": k, "learning_starts": 0})
+        tuner = make_tuner("dqn", runner.space, seed=0, direction="min",
+                           params={"gradient_steps": k, "learning_starts": 0})
         results = []  # the results that trained: every move's (a jump's result trains nothing)
         train = tuner._train
         tuner._train = lambda train=train: (results.append(1), train())

@@ -6,10 +6,9 @@ or at most the best mean / ``within`` (minimising): the definition of the ATC'18
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import math
 
 import numpy as np
 from scipy.stats import hypergeom

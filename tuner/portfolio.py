@@ -7,8 +7,8 @@ from the evolution's children and the annealer walks onto the model's finds. Aft
 initial design, the lead asks: BO on a finite space (it scores every configuration of one up to
 ``bayes.LIST_LIMIT``, sampled candidates and the best ones' neighbours beyond), else GA. On 7z
 (68,640 configurations) BO's lead took 94 evaluations to near-optimal where GA's took 102, success
-at 200 0.95 against 0.86 (100 seeds, README). Once ``patience`` evaluations bring no new best, each ask goes to the
-member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
+at 200 0.95 against 0.86 (100 seeds, README). Once ``patience`` evaluations bring no new best, each
+ask goes to the member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
 earns the share of earlier results it beats; a new best hands the asks back to the lead. A bandit from
 the first ask did worse than BO alone (ARCHITECTURE.md: it cannot tell members apart in a few dozen
 proposals). Written by hand: neither Nevergrad nor Optuna can drive StoreTune's own members behind
