@@ -200,7 +200,7 @@ def race_convergence(trials: Sequence[TrialView], metric: str, direction: str, r
 def campaign_convergence(history: Any, record: CampaignView) -> Convergence:
     """A recorded campaign's convergence: ``convergence`` from its trials' rows, or ``race_convergence``
     from their measurements when it re-measured challengers (adaptive repeats)."""
-    if record.max_repeats is None:
+    if not record.adaptive:
         return convergence(history.outcomes(record.id), record.objective_direction)
     return race_convergence(history.trials(record.id, measurements=True), record.objective_metric,
                             record.objective_direction, record.repeats)

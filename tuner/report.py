@@ -36,10 +36,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     finished = [t for t in trials if Status(t.status).terminal]
     scored = [t for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
     best = history.best_trial(campaign_id, direction, record.adaptive)
-    if record.max_repeats is None:
-        curve = convergence([(t.number, t.status, t.value, t.started_at, t.finished_at) for t in trials], direction)
-    else:
-        curve = campaign_convergence(history, record)
+    curve = campaign_convergence(history, record)
     values = [t.value for t in scored]
     out: dict[str, Any] = {
         "kind": "campaign", "id": record.id, "state": record.state, "note": record.note,
