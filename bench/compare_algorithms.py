@@ -185,7 +185,8 @@ def main() -> None:
         ratios = {}
         for role, label in (("default", args.default), ("best", best)):
             evals = np.array(ours["algorithms"][label]["evals_to_near_optimal"], float)
-            rng = np.random.default_rng(zlib.crc32(key.encode()))  # a table's draws do not depend on the tables before it
+            # seeded by the table: its draws do not depend on the tables before it, and both roles get the same ones
+            rng = np.random.default_rng(zlib.crc32(key.encode()))
             measure, point, low, high = paired_ratio(evals, tpe, budget, rng)
             ratios[role] = {"algorithm": label, "measure": measure, "ratio": point, "low": low, "high": high}
             print(f"ours/TPE ({role}: {label}, {measure}): {point:.2f}  95% CI [{low:.2f}, {high:.2f}]")
