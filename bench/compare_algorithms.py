@@ -155,6 +155,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     history = History(f"sqlite:///{args.out / 'bench.sqlite'}")
     ours_labels = [v.label for v in Variant.parse_list(args.algorithms)]
+    args.default = Variant.parse_list(args.default)[0].label  # auto:patience=10 is labelled auto[patience=10]
     if args.default not in ours_labels:
         sys.exit(f"--default {args.default} is not among --algorithms {args.algorithms}")
     report = {}
