@@ -7,7 +7,8 @@ from the evolution's children and the annealer walks onto the model's finds. Aft
 initial design, the lead asks: BO on a finite space (it scores every configuration of one up to
 ``bayes.LIST_LIMIT``, sampled candidates and the best ones' neighbours beyond), else GA. On 7z
 (68,640 configurations) BO's lead took 94 evaluations to near-optimal where GA's took 102, success
-at 200 0.95 against 0.86 (100 seeds, README). Once ``patience`` evaluations bring no new best, each
+at 200 0.95 against 0.86 (100 seeds, README). Once ``patience`` evaluations bring no new best (20; 10
+on a space too large for BO to list, where its stalls are more frequent: 7z 94 -> 78 evaluations), each
 ask goes to the member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
 earns the share of earlier results it beats; a new best hands the asks back to the lead. A bandit from
 the first ask did worse than BO alone (ARCHITECTURE.md: it cannot tell members apart in a few dozen
@@ -30,6 +31,8 @@ from search_spaces.status import loss as to_loss
 from tuner.base import Observation, Tuner
 
 MEMBERS = ("bo", "ga", "sa")  # dqn does not beat random search at these budgets (README)
+PATIENCE = 20  # chosen on HSMGP, BDBC and SS-O (10, 20, 30); 10 cost 2-2.5 evaluations on two synthetic tables
+LARGE_SPACE_PATIENCE = 10  # chosen on 7z (94 -> 78 evaluations), checked on a synthetic 131,072 (README)
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,10 @@ class Params:
     discount: Annotated[float, Field(gt=0, le=1)] = 0.9  # weight of a reward one proposal older than the last
     prior: Annotated[float, Field(gt=0)] = 1.0  # Beta(prior, prior) before a member has proposed anything
     lead: str = "auto"  # the member asked while the search improves; auto: bo on a finite space, else ga
-    patience: Annotated[int, Field(ge=0)] = 20  # evaluations without a new best before the bandit takes over
+    # unset: PATIENCE, or LARGE_SPACE_PATIENCE where BO proposes from sampled candidates and stalls more
+    patience: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="evaluations without a new best before the bandit takes over (unset: 20, "
+        "or 10 when BO leads on a finite space of more than 50,000 configurations)")
     # BO's Gaussian process costs the cube of its observations: past this many it is retired (GA leads)
     model_limit: Annotated[int, Field(ge=1)] = 500
     # the reward: 1 for beating this share of earlier results (1: the share beaten itself)
@@ -80,6 +86,14 @@ class Portfolio(Tuner):
         if lead not in self.names:
             raise ValueError(f"auto:lead={lead!r} is not among the members {self.params.members}")
         self.lead = self.names.index(lead)
+        self.patience = self.params.patience
+        if self.patience is None:
+            self.patience = PATIENCE
+            if self.names[self.lead] == "bo":  # a rule of BO's stalls
+                from tuner.bayes import LIST_LIMIT  # bo is a member: skopt is loaded already
+
+                if space.finite and space.cardinality() > LIST_LIMIT:
+                    self.patience = LARGE_SPACE_PATIENCE
         self._retired: set[int] = set()  # members no longer asked or told (BO past model_limit)
         self._since_best = 0  # evaluations since the last new best
         self._wins = np.zeros(len(self.members))  # discounted rewards
@@ -94,7 +108,7 @@ class Portfolio(Tuner):
             if len(self.observations) + len(self._proposer) < self.params.initial_points:
                 picked, configs = None, self.fresh(1, out)
             else:
-                stalled = self._since_best >= self.params.patience
+                stalled = self._since_best >= self.patience
                 order = self._draw() if stalled else [self.lead, *(i for i in self._draw() if i != self.lead)]
                 picked, configs = None, []
                 for i in order:  # a member with nothing left to propose passes to the next
