@@ -4,11 +4,12 @@ Which algorithm is best depends on the table (BO on BDBC and HSMGP, SA on varmai
 PostgreSQL), and a user cannot know it before measuring. ``auto`` runs several members side by side on one shared
 history: every member is told every result, whoever proposed it, so that BO's Gaussian process learns
 from the evolution's children and the annealer walks onto the model's finds. After a shared random
-initial design, the lead asks: BO on a finite space (it scores every configuration of one up to
-``bayes.LIST_LIMIT``, sampled candidates and the best ones' neighbours beyond), else GA. On 7z
+initial design, the lead asks: BO on a finite space (it scores sampled candidates and the best ones'
+neighbours, every unmeasured configuration once fewer than its ``max_candidates`` are left), else GA. On 7z
 (68,640 configurations) BO's lead took 94 evaluations to near-optimal where GA's took 102, success
 at 200 0.95 against 0.86 (100 seeds, README). Once ``patience`` evaluations bring no new best (20; 10
-on a space too large for BO to list, where its stalls are more frequent: 7z 94 -> 78 evaluations), each
+beyond ``bayes.LIST_LIMIT``, where BO's candidates are a sliver of the space and its stalls more frequent:
+7z 94 -> 78 evaluations), each
 ask goes to the member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
 earns the share of earlier results it beats; a new best hands the asks back to the lead. A bandit from
 the first ask did worse than BO alone (ARCHITECTURE.md: it cannot tell members apart in a few dozen
