@@ -109,8 +109,13 @@ def main() -> None:
         sys.exit(130)
 
 
+# what a resumed campaign keeps from its creation; the rest says how to run it now
+RESUME_OPTIONS = {"resume", "db", "as_json", "executor_kind", "max_retries", "parallel", "dry_run"}
+
+
 @app.command()
 def tune(
+    ctx: typer.Context,
     runner: Annotated[str, typer.Option(help=f"How to measure: {', '.join(RUNNERS)}.")] = "dataset",
     dataset: Annotated[list[Path], typer.Option(help="Table(s) to replay (dataset runner).")] = [],  # noqa: B006
     context: Annotated[list[str], typer.Option(help="Pin a setup column, e.g. workload_id=4.")] = [],  # noqa: B006
@@ -157,6 +162,12 @@ def tune(
     as_json: JsonOption = False,
 ) -> None:
     """Run a tuning campaign, or resume one."""
+    if resume is not None:  # a campaign resumes as it was created: an option that would change it is refused
+        given = [p.opts[0] for p in ctx.command.params if p.name not in RESUME_OPTIONS
+                 and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]  # typer may bundle its own click
+        if given:
+            raise UserError(f"--resume {resume} finishes campaign {resume} as it was created; {', '.join(given)} "
+                            f"would change it: start a new campaign (--warm-start same learns from its trials)")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, not {parallel}")
     options = dict(dataset=[str(p) for p in dataset], context=pairs(context, "--context"), space=space,

@@ -75,6 +75,9 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--dataset", "/no/such.csv"], "no such dataset file or folder"),
         (["tune", "--runner", "fio"], "unknown runner 'fio'"),
         (["tune", "--resume", "77"], "no campaign 77"),
+        # a budget given with --resume was silently ignored
+        (["tune", "--resume", "77", "--budget", "100", "--algorithm", "ga"],
+         "--resume 77 finishes campaign 77 as it was created; --algorithm, --budget would change it"),
         (["trials", "12"], "the file does not exist"),  # a reader creates no history
         (["tune", "--dataset", "{bdbc}", "--algorithm", "ga", "--param", "mutation_rate=2"],
          "ga:mutation_rate='2': Input should be less than or equal to 1"),
