@@ -196,14 +196,15 @@ def tune(
     if dry_run:
         show_dry_run(spec)
         return
-    history = open_history(db, migrate=True)
     executor = executor_for(executor_kind, parallel, max_retries)
     try:
         if spec is None:
+            history = open_history(db, migrate=True)
             campaign = Campaign.resume(history, resume, executor)
             runner = campaign.runner
-        else:  # the cluster is joined and checked before the campaign is recorded: a refusal leaves nothing
+        else:  # the runner and the cluster are checked before the history is opened: a refusal leaves nothing
             runner, _ = Campaign.prepare(spec, executor=executor)
+            history = open_history(db, migrate=True)
         note = executor.fit(runner)
         if note:
             err.print(note)

@@ -119,6 +119,14 @@ def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Pa
     assert History(sqlite_url).campaigns() == []
 
 
+def test_a_refused_campaign_creates_no_history_file(tmp_path: Path):
+    for args in (["--dataset", str(tmp_path / "none.csv")], ["--runner", "admission", "--trace", str(tmp_path / "t")]):
+        db = tmp_path / "history.sqlite"
+        proc = run_cli("tune", *args, "--db", f"sqlite:///{db}")
+        assert proc.returncode == 2 and "no such" in proc.stderr, proc.stderr
+        assert not db.exists()  # it used to be created, empty, before the input was checked
+
+
 def test_version_and_flags_in_the_help():
     assert run_cli("--version", check=True).stdout.strip().startswith("storetune ")
     help_text = run_cli("tune", "--help", check=True).stdout
