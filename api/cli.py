@@ -49,7 +49,7 @@ from search_spaces import Config, format_config, list_spaces, load_space
 from tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary, best_trial
 from tuner.analysis import held_out, table_rank
 from tuner.campaign import WARM_STARTS
-from tuner.schema import SchemaError, make_engine, upgrade_schema
+from tuner.schema import SchemaError, check_url, make_engine, upgrade_schema
 
 app = typer.Typer(
     add_completion=False,
@@ -110,7 +110,7 @@ def main() -> None:
 
 
 # what a resumed campaign keeps from its creation; the rest says how to run it now
-RESUME_OPTIONS = {"resume", "db", "as_json", "executor_kind", "max_retries", "parallel", "dry_run"}
+RESUME_OPTIONS = {"resume", "db", "as_json", "executor_kind", "max_retries", "parallel"}
 
 
 @app.command()
@@ -164,10 +164,12 @@ def tune(
     """Run a tuning campaign, or resume one."""
     if resume is not None:  # a campaign resumes as it was created: an option that would change it is refused
         given = [p.opts[0] for p in ctx.command.params if p.name not in RESUME_OPTIONS
-                 and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]  # typer may bundle its own click
+                 # by name: typer 0.29 bundles its own click, whose enum is not click.core's
+                 and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]
         if given:
-            raise UserError(f"--resume {resume} finishes campaign {resume} as it was created; {', '.join(given)} "
-                            f"would change it: start a new campaign (--warm-start same learns from its trials)")
+            raise UserError(f"--resume {resume} finishes campaign {resume} as it was created and takes only "
+                            f"--parallel, --executor, --max-retries, --db and --json, not {', '.join(given)}: for "
+                            f"another campaign, start a new one (--warm-start same learns from its trials)")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, not {parallel}")
     options = dict(dataset=[str(p) for p in dataset], context=pairs(context, "--context"), space=space,
@@ -196,16 +198,18 @@ def tune(
     if dry_run:
         show_dry_run(spec)
         return
+    check_url(database_url(db))  # a URL that cannot name a history is refused before a device is set up
     executor = executor_for(executor_kind, parallel, max_retries)
     try:
         if spec is None:
             history = open_history(db, migrate=True)
             campaign = Campaign.resume(history, resume, executor)
             runner = campaign.runner
+            note = executor.fit(runner)
         else:  # the runner and the cluster are checked before the history is opened: a refusal leaves nothing
             runner, _ = Campaign.prepare(spec, executor=executor)
+            note = executor.fit(runner)
             history = open_history(db, migrate=True)
-        note = executor.fit(runner)
         if note:
             err.print(note)
         if spec is not None:

@@ -135,7 +135,7 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
 
     options = [{"name": f"o{i}", "kind": "categorical", "values": [0, 1]} for i in range(17)]
     large = space_from_dict({"name": "large", "parameters": options})
-    assert large.finite and large.cardinality() > LIST_LIMIT  # too many to list: BO samples its candidates
+    assert large.finite and large.cardinality() > LIST_LIMIT  # too many to list: BO samples the space itself
     tuner = make_tuner("auto", large, seed=0, direction="min")
     assert tuner.names[tuner.lead] == "bo"
     for _ in range(12):  # past the initial design the lead proposes from its model

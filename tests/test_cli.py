@@ -76,8 +76,9 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--runner", "fio"], "unknown runner 'fio'"),
         (["tune", "--resume", "77"], "no campaign 77"),
         # a budget given with --resume was silently ignored
-        (["tune", "--resume", "77", "--budget", "100", "--algorithm", "ga"],
-         "--resume 77 finishes campaign 77 as it was created; --algorithm, --budget would change it"),
+        (["tune", "--resume", "77", "--budget", "100", "--algorithm", "ga", "--dry-run"],
+         "--resume 77 finishes campaign 77 as it was created and takes only --parallel, --executor, "
+         "--max-retries, --db and --json, not --dry-run, --algorithm, --budget"),
         (["trials", "12"], "the file does not exist"),  # a reader creates no history
         (["tune", "--dataset", "{bdbc}", "--algorithm", "ga", "--param", "mutation_rate=2"],
          "ga:mutation_rate='2': Input should be less than or equal to 1"),
@@ -125,6 +126,14 @@ def test_a_refused_campaign_creates_no_history_file(tmp_path: Path):
         proc = run_cli("tune", *args, "--db", f"sqlite:///{db}")
         assert proc.returncode == 2 and "no such" in proc.stderr, proc.stderr
         assert not db.exists()  # it used to be created, empty, before the input was checked
+
+
+def test_resume_takes_the_options_that_say_how_to_run(tmp_path: Path, bdbc):
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    first = last_json(run_cli("tune", "--dataset", str(bdbc), "--budget", "3", "--db", url, "--json", check=True).stdout)
+    again = run_cli("tune", "--resume", str(first["campaign"]), "--parallel", "2", "--max-retries", "1",
+                    "--executor", "local", "--db", url, "--json", check=True)
+    assert last_json(again.stdout)["campaign"] == first["campaign"]
 
 
 def test_version_and_flags_in_the_help():

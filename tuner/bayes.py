@@ -11,9 +11,10 @@ Two choices keep an ask+tell within tens of milliseconds at 200 observations (me
 bench/compare_algorithms.py):
 - the kernel hyperparameters are re-fitted only when the data have grown by ``refit_growth``
   since the last fit; in between the GP is refitted with the hyperparameters fixed;
-- the acquisition is maximised over candidates, not by skopt's random sampling: every unmeasured
-  configuration of a small finite space, else the unmeasured neighbours of the best five plus a
-  random draw, ``max_candidates`` in all. A listed space's encodings are computed once.
+- the acquisition is maximised over candidates, not by skopt's random sampling: the unmeasured
+  neighbours of the best five plus a random draw, ``max_candidates`` in all, or every unmeasured
+  configuration once fewer are left. A finite space up to ``LIST_LIMIT`` is listed and its encodings
+  computed once; beyond, the draw samples the space.
 """
 
 from __future__ import annotations

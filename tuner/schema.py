@@ -35,8 +35,8 @@ def parse_url(url: str) -> Any:
                          "postgresql://user@host/database") from None
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``: SQLite with WAL and a busy timeout, or PostgreSQL through psycopg 3."""
+def check_url(url: str) -> Any:
+    """``url`` parsed, if it can name a history (SQLite file or PostgreSQL); touches nothing."""
     parsed = parse_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")  # the driver StoreTune installs
@@ -46,6 +46,13 @@ def make_engine(url: str) -> Engine:
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise ValueError("sqlite:// is a history in memory, lost when the command ends: name a file, "
                          "sqlite:////path/to/history.sqlite")
+    return parsed
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``: SQLite with WAL and a busy timeout, or PostgreSQL through psycopg 3."""
+    parsed = check_url(url)
+    backend = parsed.get_backend_name()
     if backend != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
