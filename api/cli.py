@@ -167,8 +167,9 @@ def tune(
                  # by name: typer 0.29 bundles its own click, whose enum is not click.core's
                  and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]
         if given:
+            allowed = [p.opts[0] for p in ctx.command.params if p.name in RESUME_OPTIONS - {"resume"}]
             raise UserError(f"--resume {resume} finishes campaign {resume} as it was created and takes only "
-                            f"--parallel, --executor, --max-retries, --db and --json, not {', '.join(given)}: for "
+                            f"{', '.join(allowed[:-1])} and {allowed[-1]}, not {', '.join(given)}: for "
                             f"another campaign, start a new one (--warm-start same learns from its trials)")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, not {parallel}")
@@ -202,18 +203,15 @@ def tune(
     executor = executor_for(executor_kind, parallel, max_retries)
     try:
         if spec is None:
-            history = open_history(db, migrate=True)
-            campaign = Campaign.resume(history, resume, executor)
+            campaign = Campaign.resume(open_history(db, migrate=True), resume, executor)
             runner = campaign.runner
-            note = executor.fit(runner)
         else:  # the runner and the cluster are checked before the history is opened: a refusal leaves nothing
             runner, _ = Campaign.prepare(spec, executor=executor)
-            note = executor.fit(runner)
-            history = open_history(db, migrate=True)
+        note = executor.fit(runner)
         if note:
             err.print(note)
         if spec is not None:
-            campaign = Campaign.create(history, spec, runner=runner, executor=executor)
+            campaign = Campaign.create(open_history(db, migrate=True), spec, runner=runner, executor=executor)
         record = campaign.record
         done = campaign.summary().evaluated
         title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"
