@@ -52,6 +52,8 @@ class CampaignRecord(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     repeats: Mapped[int]
     max_repeats: Mapped[int | None]  # adaptive repeats: a challenger is re-measured up to this many runs
+    # a weighted, lexicographic or Pareto objective over several metrics (None: objective_metric alone)
+    objective: Mapped[dict[str, Any] | None]
     batch_size: Mapped[int]
     warm_start: Mapped[str] = mapped_column(String(16), default="none", server_default="none")
     fixed: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")  # parameters pinned by --fix
@@ -122,3 +124,20 @@ class MeasurementRecord(Base):
     env: Mapped[dict[str, Any]]
     duration_s: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class FingerprintRecord(Base):
+    """A workload's features (seed 004's Table 2), measured from a trace, a traced run on a device or
+    fio's own logs; joined to campaigns by ``workload_fingerprint``, the key of ``runners.Workload``."""
+
+    __tablename__ = "fingerprints"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    workload_name: Mapped[str] = mapped_column(String(200))
+    workload_fingerprint: Mapped[str] = mapped_column(String(32), index=True)
+    workload: Mapped[dict[str, Any]]
+    source: Mapped[str] = mapped_column(String(32))  # trace | blktrace | fio-log
+    ios: Mapped[int]  # the I/Os the features were computed from
+    features: Mapped[dict[str, Any]]
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")  # where and how it was measured

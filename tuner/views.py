@@ -98,6 +98,7 @@ class CampaignView:
     origin: str = "cli"
     cancel_requested: bool = False
     max_repeats: int | None = None
+    objective: dict[str, Any] | None = None  # several metrics: weighted, lexicographic or Pareto
 
     @property
     def adaptive(self) -> bool:
