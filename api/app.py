@@ -17,7 +17,7 @@ from fastapi_offline import FastAPIOffline
 from fastapi.responses import JSONResponse, Response
 
 from api.deps import Service, ServiceDep
-from api.routes import campaigns, catalog, comparisons
+from api.routes import campaigns, catalog, comparisons, workloads
 from api.scheduler import Scheduler
 from api.schemas import Health
 from api.service import Refused, ServiceSettings
@@ -58,6 +58,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     )
     app.include_router(campaigns.router)
     app.include_router(comparisons.router)
+    app.include_router(workloads.router)
     app.include_router(catalog.router)
 
     @app.exception_handler(Refused)

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
-from api import admission, devices, offline, render
+from api import admission, devices, offline, render, workloads
 from api.common import (
     AllowDeviceOpt,
     DbOption,
@@ -77,6 +77,8 @@ def _options(
 app.command()(devices.replay)
 app.command()(devices.sweep)
 app.command()(offline.compare)
+app.command()(workloads.fingerprint)
+app.command()(workloads.recommend)
 app.add_typer(admission.app, name="admission")
 db_app = typer.Typer(no_args_is_help=True, help="The history's database: upgrade its schema.")
 app.add_typer(db_app, name="db")
@@ -156,8 +158,10 @@ def tune(
     metric: Annotated[Optional[str], typer.Option(help="Metric to optimise (default: the runner's first).")] = None,
     direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the metric).")] = None,
     resume: Annotated[Optional[int], typer.Option(help="Finish the budget of this campaign.")] = None,
-    warm_start: Annotated[str, typer.Option(help=f"{' or '.join(WARM_STARTS)}: 'same' learns from earlier trials "
-                                                 "of the same space, workload and device.")] = "none",
+    warm_start: Annotated[str, typer.Option(help=f"{', '.join(WARM_STARTS)}: 'same' learns from earlier trials "
+                                                 "of the same space, workload and device; 'similar' also measures "
+                                                 "first the near-optimal configurations of the nearest fingerprinted "
+                                                 "workloads (storetune recommend).")] = "none",
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:

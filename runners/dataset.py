@@ -35,6 +35,13 @@ class DatasetRunner(RunnerBase):
             "metric": self._metric,
         }
 
+    def workload_fingerprint(self) -> dict[str, Any] | None:
+        """The pinned workload's fingerprint, where the dataset ships one: ``fingerprints.json`` beside
+        its table, measured with it (see the dataset's manifest)."""
+        from runners.fingerprint import dataset_fingerprint
+
+        return dataset_fingerprint(self.table.sources[0].parent, self.workload.name)
+
     def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         if workload.fingerprint() != self.workload.fingerprint():
             return Measurement.failed(Status.FAILED, f"this runner replays {self.workload.name}, not {workload.name}")

@@ -62,6 +62,8 @@ class CampaignSummary:
     warm_started: int | None = None  # earlier trials told to the algorithm first (--warm-start same)
     measurements: int | None = None  # benchmark runs taken: repeats and adaptive re-measurements
     best_runs: int | None = None  # the runs behind best_value, the mean of the best configuration's measurements
+    # --warm-start similar: the nearest known workloads, their distances, and the configurations measured first
+    similar: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:

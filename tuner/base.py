@@ -76,6 +76,7 @@ class Tuner(ABC):
         self._losses: dict[Config, float | None] = {}
         self._asked: set[Config] = set()
         self._started = False  # whether ask() has considered the space's defaults (start: default)
+        self._first: list[Config] = []  # measured before the algorithm's own asks (--warm-start similar)
 
     # --- the public interface --------------------------------------------------------------------
     def ask(self, n: int = 1) -> list[Config]:
@@ -83,6 +84,10 @@ class Tuner(ABC):
         if n < 1:
             raise ValueError(f"ask(n) needs n >= 1, got {n}")
         configs = self._defaults_first()
+        while self._first and len(configs) < n:
+            config = self._first.pop(0)
+            if not self.known(config) and config not in configs:
+                configs.append(config)
         if len(configs) < n:
             configs += [self.space.validate(c) for c in self._ask(n - len(configs))]
         self._asked.update(configs)
@@ -151,6 +156,12 @@ class Tuner(ABC):
             if self.space.contains(config):
                 self.tell(config, value, status)
         self.warm_started += len(self.observations) - before
+
+    def measure_first(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """Have ``configs`` measured before anything the algorithm proposes (the near-optimal
+        configurations of similar workloads): their results are told as usual, so every algorithm
+        learns from them as from its own asks."""
+        self._first += [self.space.validate(c) for c in configs if self.space.contains(c)]
 
     # --- what algorithms use ---------------------------------------------------------------------
     def known(self, config: Config) -> bool:

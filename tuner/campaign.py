@@ -27,7 +27,15 @@ from tuner.views import CampaignView, TrialView
 from tuner.objective import Objective
 from tuner.registry import make_tuner
 
-WARM_STARTS = ("none", "same")  # 'similar' comes with workload fingerprints
+WARM_STARTS = ("none", "same", "similar")
+SIMILAR_WORKLOADS = 3  # --warm-start similar: the nearest known workloads whose near-optimal configurations go first
+SIMILAR_WITHIN = 0.95  # ... within 5% of each one's best
+
+
+def similar_first(budget: int) -> int:
+    """How many of the similar workloads' configurations a campaign measures first: a fifth of its budget,
+    between 1 and 10, so that the algorithm's own search keeps most of it."""
+    return max(1, min(10, budget // 5))
 
 STALE_REASON = "its driver stopped before the trial finished; the configuration is re-run"
 
@@ -47,7 +55,9 @@ class CampaignSpec:
     repeats: int = 1
     max_repeats: int | None = None  # adaptive repeats: re-measure challengers up to this many runs
     batch_size: int = 1  # configurations asked and measured at once
-    warm_start: str = "none"  # "same": learn from the trials of the same space, workload and device
+    # "same": learn from the trials of the same space, workload and device; "similar": that, and first measure
+    # the near-optimal configurations of the nearest fingerprinted workloads (tuner.workloads)
+    warm_start: str = "none"
     fixed: Mapping[str, Any] = field(default_factory=dict)  # parameters pinned to one value (--fix)
 
 
@@ -127,6 +137,9 @@ class Campaign:
                executor: Executor | None = None, *, origin: str = "cli", state: str = "running") -> Campaign:
         """A new campaign, recorded once ``prepare`` found nothing wrong with it."""
         runner, objective = cls.prepare(spec, runner, executor)
+        features = record_fingerprint(history, runner)
+        if spec.warm_start == "similar":
+            _checked("warm_start", lambda: _similar(history, runner, objective.metric, features, spec.budget))
         record = history.create_campaign(
             space_name=runner.space.name,
             space_fingerprint=runner.space.fingerprint(),
@@ -184,8 +197,14 @@ class Campaign:
         rec, history = self.record, self.history
         history.claim(rec.id, socket.gethostname(), os.getpid())
         history.mark_stale(rec.id, STALE_REASON)
-        if rec.warm_start == "same":
+        similar = None
+        if rec.warm_start in ("same", "similar"):
             self.tuner.warm_start(history.prior_observations(rec))
+        if rec.warm_start == "similar":
+            features = history.fingerprints().get(rec.workload_fingerprint, {}).get("features")
+            similar = _similar(history, self.runner, rec.objective_metric, features, rec.budget,
+                               exclude=rec.workload_fingerprint)
+            self.tuner.measure_first(similar["first"])
         adaptive = rec.adaptive
         trials = history.trials(rec.id, measurements=adaptive)
         if adaptive:
@@ -227,11 +246,46 @@ class Campaign:
             getattr(self.executor, "close", lambda: None)()
         history.finish_campaign(rec.id, "cancelled" if outcome.stopped else "finished", outcome.note)
         summary = self.summary()
-        return replace(summary, warm_started=self.tuner.warm_started) if rec.warm_start == "same" else summary
+        if rec.warm_start == "none":
+            return summary
+        return replace(summary, warm_started=self.tuner.warm_started, similar=similar)
 
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
         return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
+
+
+def record_fingerprint(history: History, runner: Runner) -> dict[str, Any] | None:
+    """The features of the runner's workload: the newest in the history, else those the runner can tell
+    (a trace it replays, a dataset that ships its workloads' fingerprints), recorded then."""
+    key = runner.workload.fingerprint()
+    known = history.fingerprints().get(key)
+    if known is not None:
+        return known["features"]
+    told = getattr(runner, "workload_fingerprint", lambda: None)()
+    if told is None:
+        return None
+    history.add_fingerprint(workload_name=runner.workload.name, workload_fingerprint=key,
+                            workload=runner.workload.to_dict(), **told)
+    return told["features"]
+
+
+def _similar(history: History, runner: Runner, metric: str, features: Mapping[str, Any] | None, budget: int,
+             exclude: str | None = None) -> dict[str, Any]:
+    """What --warm-start similar measures first, and why: the nearest other workloads and their
+    near-optimal configurations (``tuner.workloads.recommend``)."""
+    from tuner.workloads import recommend, similar_configs
+
+    if features is None:
+        raise ValueError(f"--warm-start similar needs the fingerprint of workload {runner.workload.name}, and the "
+                         "history has none: record it with storetune fingerprint (--trace, or --workload on a device) "
+                         "and --db, or use --warm-start same")
+    found = recommend(history, features, runner.space, k=SIMILAR_WORKLOADS, within=SIMILAR_WITHIN, metric=metric,
+                      exclude=[exclude or runner.workload.fingerprint()])
+    first = similar_configs(found, runner.space, similar_first(budget))
+    return {"neighbours": [{"workload": n.workload_name, "distance": n.distance, "best": n.best}
+                           for n in found.neighbours],
+            "first": [dict(c) for c in first], "metric": found.metric}
 
 
 def _driver_runner(name: str, settings: Any, executor: Executor | None) -> Runner:

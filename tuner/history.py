@@ -19,7 +19,9 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from runners import Measurement, Status
 from search_spaces import Config, config_hash
-from tuner.models import CampaignRecord, ComparisonRecord, MeasurementRecord, TrialRecord, utcnow
+from tuner.models import (
+    CampaignRecord, ComparisonRecord, FingerprintRecord, MeasurementRecord, TrialRecord, utcnow,
+)
 from tuner.schema import check_schema, make_engine, refuse_a_missing_file, upgrade_schema
 from tuner.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
 
@@ -147,6 +149,43 @@ class History:
             else:
                 out.append((rows[-1][0], None, Status(rows[-1][1])))
         return out
+
+    # --- workload fingerprints ----------------------------------------------------------------------
+    def add_fingerprint(self, *, workload_name: str, workload_fingerprint: str, workload: dict[str, Any], source: str,
+                        ios: int, features: dict[str, Any], meta: dict[str, Any] | None = None) -> int:
+        """Record a workload's features; the newest of a workload's fingerprints is the one used."""
+        with self.session() as s, s.begin():
+            record = FingerprintRecord(workload_name=workload_name, workload_fingerprint=workload_fingerprint,
+                                       workload=workload, source=source, ios=int(ios), features=features,
+                                       meta=dict(meta or {}))
+            s.add(record)
+            s.flush()
+            return record.id
+
+    def fingerprints(self) -> dict[str, dict[str, Any]]:
+        """Workload fingerprint -> its newest fingerprint (name, workload, source, ios, features, meta)."""
+        query = select(FingerprintRecord).order_by(FingerprintRecord.id)
+        with self.session() as s:
+            return {r.workload_fingerprint: dict(id=r.id, workload_name=r.workload_name, workload=r.workload,
+                                                 source=r.source, ios=r.ios, features=r.features, meta=r.meta,
+                                                 created_at=r.created_at)
+                    for r in s.scalars(query)}
+
+    def workload_trials(self, workload_fingerprints: Sequence[str]) -> list[tuple[CampaignView, str, dict[str, Any], float]]:
+        """(campaign, config hash, configuration, value) of every succeeded trial of the campaigns that ran
+        one of these workloads: what they measured, for recommendations."""
+        if not workload_fingerprints:
+            return []
+        with self.session() as s:
+            campaigns = {r.id: view(CampaignView, r) for r in s.scalars(
+                select(CampaignRecord).where(CampaignRecord.workload_fingerprint.in_(list(workload_fingerprints))))}
+            if not campaigns:
+                return []
+            query = (select(TrialRecord.campaign_id, TrialRecord.config_hash, TrialRecord.config, TrialRecord.value)
+                     .where(TrialRecord.campaign_id.in_(list(campaigns)), TrialRecord.status == Status.SUCCEEDED.value,
+                            TrialRecord.value.is_not(None))
+                     .order_by(TrialRecord.id))
+            return [(campaigns[c], h, config, float(v)) for c, h, config, v in s.execute(query)]
 
     # --- comparisons ------------------------------------------------------------------------------
     def create_comparison(self, state: str = "running", **fields: Any) -> ComparisonView:

@@ -9,7 +9,7 @@ a campaign reports as ``test_value`` at the end, never what it optimises.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from runners.admission.pipeline import AdmissionConfig, Pipeline
 from runners.base import Direction, Measurement, RunnerBase, Status, Workload
@@ -30,6 +30,12 @@ class AdmissionRunner(RunnerBase):
         self.workload = Workload("trace", Path(trace).name.split(".trace")[0], {
             "sha256": self.pipeline.sha256, "train": train, "validation": validation, "seed": seed, "epochs": epochs})
         self.device = "simulated"
+
+    def workload_fingerprint(self) -> dict[str, Any]:
+        """The replayed trace's fingerprint (``runners.fingerprint``)."""
+        from runners.fingerprint import trace_fingerprint
+
+        return trace_fingerprint(self.pipeline.trace)
 
     def metrics(self) -> dict[str, Direction | None]:
         return {"mean_latency_us": "min", "p99_latency_us": "min", "cost_us": "min", "failover_rate": "min"}

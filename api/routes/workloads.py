@@ -1,0 +1,82 @@
+"""/fingerprints and /recommendations: a workload's features, and what worked for the nearest known ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from pydantic import BaseModel, Field
+
+from api.deps import Auth, ServiceDep
+from api.service import Refused, allowed_path
+
+router = APIRouter(tags=["workloads"])
+
+Format = Literal["msr", "msr-csv", "flashnet"]
+
+
+class FingerprintCreate(BaseModel):
+    trace: str = Field(description="A trace inside the service's data directories (MSR, MSR CSV or FlashNet).")
+    format: Optional[Format] = Field(None, description="The trace's format (default: detected).")
+    window: int = Field(1000, ge=2, description="Change detection: a window of this many I/Os.")
+    threshold: float = Field(4.0, gt=0, description="Change detection: a shift of this many noise units.")
+
+
+def _trace(svc: Any, path: str, fmt: str | None, field: tuple[str, ...]) -> tuple[Any, dict[str, Any], Any]:
+    from api.workloads import trace_workload
+    from runners.fingerprint import trace_fingerprint
+    from runners.traces import read_trace
+
+    checked = Path(allowed_path(svc.settings, path, field))
+    try:
+        loaded = read_trace(checked, fmt)
+        return trace_workload(checked), trace_fingerprint(loaded), loaded
+    except ValueError as e:  # a malformed trace, or one too short to fingerprint
+        raise Refused(field, str(e)) from None
+
+
+@router.post("/fingerprints", status_code=201, dependencies=Auth, responses={401: {}, 403: {}, 422: {}})
+def create_fingerprint(body: FingerprintCreate, svc: ServiceDep, response: Response) -> dict[str, Any]:
+    """Fingerprint a trace (seed 004's features) and record it in the history, where recommendations
+    and --warm-start similar find it; with the windows where the fingerprint shifts."""
+    from runners.fingerprint import changes
+
+    workload, found, loaded = _trace(svc, body.trace, body.format, ("body", "trace"))
+    fid = svc.history.add_fingerprint(workload_name=workload.name, workload_fingerprint=workload.fingerprint(),
+                                      workload=workload.to_dict(), **found)
+    shifts = changes(loaded, body.window, body.threshold) if len(loaded) >= 2 * body.window else None
+    response.headers["Location"] = f"/fingerprints/{fid}"
+    return {"id": fid, "workload": workload.name, "workload_fingerprint": workload.fingerprint(), **found,
+            "changes": None if shifts is None else {"window": body.window, "threshold": body.threshold,
+                                                    "at": [c.to_dict() for c in shifts]}}
+
+
+@router.get("/fingerprints")
+def list_fingerprints(svc: ServiceDep) -> list[dict[str, Any]]:
+    """The newest fingerprint of every workload in the history."""
+    return [{"workload_fingerprint": key, **{k: v for k, v in fp.items()}}
+            for key, fp in svc.history.fingerprints().items()]
+
+
+@router.get("/recommendations", responses={404: {}, 422: {}})
+def recommendations(svc: ServiceDep, trace: Annotated[str, Query(description="A trace in the data directories.")],
+                    space: Optional[str] = None, k: Annotated[int, Query(ge=1, le=100)] = 3,
+                    within: Annotated[float, Query(gt=0, le=1)] = 0.95, metric: Optional[str] = None,
+                    format: Optional[Format] = None) -> dict[str, Any]:
+    """The k known workloads nearest to the trace's, their near-optimal configurations, the distance, and
+    how often a workload's nearest neighbour's best stayed near-optimal on it where that was measured."""
+    from search_spaces import load_space
+    from tuner.workloads import NoHistory, recommend
+
+    workload, found, _ = _trace(svc, trace, format, ("query", "trace"))
+    try:
+        target = load_space(space) if space else None
+    except KeyError as e:
+        raise Refused(("query", "space"), e.args[0] if e.args else str(e)) from None
+    try:
+        result = recommend(svc.history, found["features"], target, k=k, within=within, metric=metric,
+                           exclude=[workload.fingerprint()])
+    except NoHistory as e:
+        raise HTTPException(404, str(e)) from None
+    return {"workload": workload.name, "ios": found["ios"], **result.to_dict()}

@@ -1,0 +1,120 @@
+"""``storetune fingerprint`` and ``storetune recommend``: describe a workload, and start from what
+worked for the most similar workloads in the history."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from api.common import DbOption, JsonOption, UserError, console, open_history
+from runners import Workload
+from runners.fingerprint import DISTANCE_FEATURES, changes, trace_fingerprint
+from runners.traces import read_trace
+
+TraceOpt = Annotated[Optional[Path], typer.Option(help="A block trace: MSR, MSR CSV or FlashNet (detected).")]
+FormatOpt = Annotated[Optional[str], typer.Option("--format", help="msr, msr-csv or flashnet (default: detected).")]
+
+
+def trace_workload(path: Path) -> Workload:
+    """A trace's workload: its name and content, so one trace is one workload wherever it lies."""
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return Workload("trace", path.name.split(".trace")[0], {"sha256": sha})
+
+
+def _of_trace(trace: Path, fmt: str | None) -> tuple[Workload, dict[str, Any], Any]:
+    loaded = read_trace(trace, fmt)
+    return trace_workload(trace), trace_fingerprint(loaded), loaded
+
+
+def fingerprint(
+    trace: TraceOpt = None,
+    fmt: FormatOpt = None,
+    window: Annotated[int, typer.Option(help="Change detection: a window of this many I/Os (not seconds: some "
+                                             "traces are stamped in whole seconds).")] = 1000,
+    threshold: Annotated[float, typer.Option(help="Change detection: a window this many units of the trace's "
+                                                  "window-to-window noise from its phase starts a new one.")] = 4.0,
+    record: Annotated[bool, typer.Option(help="Record the fingerprint in the history, where recommend and "
+                                              "--warm-start similar find it.")] = True,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A workload's features (seed 004's Table 2: reads and writes, request sizes, sequentiality,
+    arrival rate and burstiness, concurrency, think time), and where in the trace they shift."""
+    if trace is None:
+        raise UserError("fingerprint needs --trace PATH")
+    workload, found, loaded = _of_trace(trace, fmt)
+    shifts = changes(loaded, window, threshold) if len(loaded) >= 2 * window else None
+    result: dict[str, Any] = {"workload": workload.name, "workload_fingerprint": workload.fingerprint(), **found,
+                              "changes": None if shifts is None else {"window": window, "threshold": threshold,
+                                                                      "windows": len(loaded) // window,
+                                                                      "at": [c.to_dict() for c in shifts]}}
+    if record:
+        history = open_history(db, migrate=True)
+        try:
+            result["id"] = history.add_fingerprint(workload_name=workload.name, workload_fingerprint=workload.fingerprint(),
+                                                   workload=workload.to_dict(), **found)
+        finally:
+            history.close()
+    if as_json:
+        print(json.dumps(result, default=str))
+        return
+    console.print(f"workload {workload.name} ({found['source']}, {found['ios']} I/Os)"
+                  + (f", recorded as fingerprint {result['id']}" if record else ""), highlight=False)
+    for name, value in found["features"].items():
+        mark = " *" if name in DISTANCE_FEATURES else ""
+        console.print(f"  {name:<22} {'-' if value is None else f'{value:.6g}'}{mark}", highlight=False)
+    console.print("  (* compared by recommend, standardised)")
+    if shifts is None:
+        console.print(f"change detection: fewer than two windows of {window} I/Os")
+    elif not shifts:
+        console.print(f"no shift across {len(loaded) // window} windows of {window} I/Os")
+    else:
+        at = ", ".join(f"window {c.window} (I/O {c.first_io}, {c.distance:.1f})" for c in shifts)
+        console.print(f"the fingerprint shifts at {at}", highlight=False)
+
+
+def recommend(
+    trace: TraceOpt = None,
+    fmt: FormatOpt = None,
+    space: Annotated[Optional[str], typer.Option(help="Only configurations of this space's parameters.")] = None,
+    k: Annotated[int, typer.Option("--k", help="How many of the nearest workloads.")] = 3,
+    within: Annotated[float, typer.Option(help="Near-optimal: within this share of a workload's best.")] = 0.95,
+    metric: Annotated[Optional[str], typer.Option(help="The metric the campaigns optimised (default: the most "
+                                                       "common).")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The nearest known workloads, their near-optimal configurations, and how far they are."""
+    from search_spaces import load_space
+    from tuner.workloads import recommend as nearest
+
+    if trace is None:
+        raise UserError("recommend needs --trace PATH")
+    target = load_space(space) if space else None
+    workload, found, _ = _of_trace(trace, fmt)
+    result = nearest(open_history(db, migrate=False), found["features"], target, k=k, within=within, metric=metric,
+                     exclude=[workload.fingerprint()])
+    if as_json:
+        print(json.dumps({"workload": workload.name, "ios": found["ios"], **result.to_dict()}, default=str))
+        return
+    console.print(f"workload {workload.name}: the {len(result.neighbours)} nearest known workloads ({result.metric}, "
+                  f"near-optimal within {result.within:.0%} of each one's best)", highlight=False)
+    for n in result.neighbours:
+        console.print(f"  {n.workload_name}: distance {n.distance:.2f} ({n.source}); best {n.metric} = "
+                      f"{n.best['value']:.6g}, {n.near_optimal_count} of {n.configurations} measured configurations "
+                      f"near-optimal", highlight=False)
+        console.print("    best: " + ", ".join(f"{k}={v}" for k, v in n.best["config"].items()), highlight=False)
+    t = result.transfer
+    if t["checked"]:
+        console.print(f"confidence: the nearest known workload's best was near-optimal on {t['near_optimal']} of the "
+                      f"{t['checked']} known workloads where that was measured", highlight=False)
+    else:
+        console.print("confidence: no known workload has its nearest neighbour's best measured; the distance is all "
+                      "there is", highlight=False)
+    console.print(f"distance: root mean square of {', '.join(result.features)}, each standardised by its spread over "
+                  "these workloads", highlight=False)
+
