@@ -7,8 +7,9 @@ SHARED ?= ../shared
 DEMO_DB ?= results/demo.sqlite
 # The largest of StoreTune's own datasets (datasets/README.md says how each was measured).
 DEMO_DATASET ?= datasets/loop-storage-v3
-# Debian packages of the device runner: fio, the mkfs tools, and a C compiler with liburing for the trace replayer.
-APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs gcc liburing-dev
+# Debian packages of the device runner: fio, the mkfs tools, a C compiler with liburing for the trace replayer,
+# and blktrace (blktrace and blkparse) for a traced run (runners/device/blktrace.py).
+APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs gcc liburing-dev blktrace
 # Debian packages the test suite needs: those, a real PostgreSQL for the PostgreSQL history path, and
 # docker-compose to validate docker-compose.yml (no container engine runs here), and Debian's Chromium and
 # its driver for the web report's browser test (a test tool's own browser download fails here).

@@ -15,6 +15,8 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from runners.device.shell import CommandFailed, Shell
 
 ENGINES = ("fio", "filebench")
 FREE_SPACE_WATCH_S = 0.2  # how often a run's free space is sampled (FreeSpaceWatch)
+# What wraps the timed run alone (not the file layout before it), e.g. a block trace (runners/device/blktrace.py)
+TimedRun = Callable[[], AbstractContextManager[Any]]
 
 
 class EngineOutputError(ValueError):
@@ -107,15 +111,17 @@ def engine_version(shell: Shell, engine: str) -> str | None:
 
 
 def run_fio(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtime_s: float, seed: int,
-            timeout_s: float) -> dict[str, float]:
+            timeout_s: float, timed: TimedRun | None = None, fio_args: Sequence[str] = ()) -> dict[str, float]:
+    """``timed`` wraps the timed run alone; ``fio_args`` are added to its command line (fio's own logs)."""
     job = workdir / f"{p.name}.fio"
     shell.write_file(job, fio_job(p, mountpoint, runtime_s))  # the seed is recorded, not drawn from (fio_job)
     report = workdir / f"{p.name}.json"
     shell.run(["fio", "--create_only=1", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
     settle(shell)
     try:
-        with FreeSpaceWatch(mountpoint) as watch:
-            result = shell.run(["fio", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
+        with (timed or nullcontext)(), FreeSpaceWatch(mountpoint) as watch:
+            result = shell.run(["fio", "--output-format=json", f"--output={report}", *fio_args, str(job)],
+                               timeout=timeout_s)
     except CommandFailed as e:  # fio 3.33 exits 1 when a job ends on ENOSPC ("io_u error ... No space left")
         if os.strerror(errno.ENOSPC) in e.result.stderr:
             raise EngineOutputError(f"fio ran out of space ({watch.explain()}): {e}", errno.ENOSPC) from None
@@ -201,10 +207,11 @@ def _inline_verify(job: dict[str, Any], direction: str) -> dict[str, Any]:
 
 
 def run_filebench(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtime_s: float,
-                  timeout_s: float) -> dict[str, float]:
+                  timeout_s: float, timed: TimedRun | None = None) -> dict[str, float]:
+    """``timed`` wraps the whole Filebench run: Filebench lays its files out inside the same process."""
     wml = workdir / f"{p.name}.f"
     shell.write_file(wml, filebench_wml(p, mountpoint, runtime_s))
-    with FreeSpaceWatch(mountpoint) as watch:
+    with (timed or nullcontext)(), FreeSpaceWatch(mountpoint) as watch:
         result = shell.run(["filebench", "-f", str(wml)], timeout=timeout_s)
     if shell.dry_run:
         return {}

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runners.base import LOOP_SLOT, Direction, Measurement, RunnerBase, Status, Workload, device_resource
-from runners.device.engines import EngineOutputError, engine_env, engine_version, run_filebench, run_fio
+from runners.device.engines import (
+    EngineOutputError,
+    TimedRun,
+    engine_env,
+    engine_version,
+    run_filebench,
+    run_fio,
+)
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, device_bytes_needed, job_version, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
@@ -98,6 +105,9 @@ class DeviceRunner(RunnerBase):
         self._warmups = 0 if dry_run else settings.warmup_runs
         self.device = "loop" if device == "loop" else device
         self._versions: dict[str, Any] | None = None
+        # seams for a traced run (runners/device/blktrace.py): what wraps the timed run, and fio's extra options
+        self.timed: TimedRun | None = None
+        self.fio_args: tuple[str, ...] = ()
 
     def _check_room(self, device: str, size: int | None) -> None:
         """A run that would fill the file system is refused before anything is measured (Filebench
@@ -213,11 +223,13 @@ class DeviceRunner(RunnerBase):
                         in_force = VM / f"{kind}_ratio"  # writing *_bytes zeroes it; writing it back restores it
                     host.enter_context(self._host_setting(VM / f"{kind}_bytes", str(max(1, limit) * MIB), in_force))
             if self.engine == "fio":
-                return run_fio(self.shell, self.personality, mountpoint, workdir, self.runtime_s, seed, self.timeout_s)
+                return run_fio(self.shell, self.personality, mountpoint, workdir, self.runtime_s, seed, self.timeout_s,
+                               self.timed, self.fio_args)
             # Filebench's worker processes share memory at fixed addresses: with address-space
             # randomisation on, they hang after starting.
             host.enter_context(self._host_setting(ASLR, "0"))
-            return run_filebench(self.shell, self.personality, mountpoint, workdir, self.runtime_s, self.timeout_s)
+            return run_filebench(self.shell, self.personality, mountpoint, workdir, self.runtime_s, self.timeout_s,
+                                 self.timed)
 
     @contextmanager
     def _host_setting(self, path: Path, value: str, restore: Path | None = None) -> Iterator[None]:

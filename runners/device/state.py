@@ -308,9 +308,23 @@ def _undo_path(shell: Shell, entry: dict[str, Any]) -> str | None:
     return f"removed {path}"
 
 
+def _undo_blktrace(shell: Shell, entry: dict[str, Any]) -> str | None:
+    """Tear down the kernel's block trace on a device (a blktrace killed with SIGKILL leaves it set up, and
+    the device then refuses the next one). Not once the loop device is another file's."""
+    device = entry["device"]
+    if not (Path("/sys/kernel/debug/block") / Path(device).name / "dropped").exists():
+        return None  # no trace is set up on it
+    if entry.get("backing_file") and entry["backing_file"] not in _backing(Path(device).name):
+        return None  # the loop device was detached; that name is another one's now
+    result = shell.run(["blktrace", "-k", "-d", device], check=False, timeout=30)
+    if (Path("/sys/kernel/debug/block") / Path(device).name / "dropped").exists():
+        raise UndoFailed(f"could not stop the block trace on {device}: {_first_line(result.tail()) or 'still set up'}")
+    return f"stopped the block trace on {device}"
+
+
 _UNDO: dict[str, Callable[[Shell, dict[str, Any]], str | None]] = {
     "process": _undo_process, "mount": _undo_mount, "sysfs": _undo_sysfs, "loop": _undo_loop,
-    "file": _undo_path, "dir": _undo_path, "tree": _undo_path,
+    "file": _undo_path, "dir": _undo_path, "tree": _undo_path, "blktrace": _undo_blktrace,
 }
 
 

@@ -1,0 +1,164 @@
+"""The traced run (runners/device/blktrace.py): blkparse's output read into a Trace, the error when blktrace
+is missing, and short traced runs on loop devices each test makes (marked as tests/test_device.py marks its
+device tests; they check only what they made)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runners.device import blktrace
+from runners.device.blktrace import BLKPARSE_FORMAT, TraceUnavailable, parse_blkparse, traced_run
+from runners.settings import DeviceSettings
+
+FIXTURE = Path(__file__).parent / "data" / "blktrace" / "varmail-ext4.txt"  # make_fixture.sh beside it
+
+
+def test_blkparse_output_becomes_one_io_per_issued_request():
+    run = parse_blkparse(FIXTURE.read_text(), source=str(FIXTURE))
+    trace, meta = run.trace, run.meta
+    lines = FIXTURE.read_text().splitlines()
+    issued = [line.split() for line in lines if line.split()[0] == "D"]
+    with_data = [f for f in issued if int(f[3]) > 0]
+    assert len(trace) == meta["ios"] == len(with_data) > 0
+    assert meta["flushes_without_data"] == len(issued) - len(with_data)
+    assert meta["reads"] > 0 and meta["writes"] > 0 and meta["metadata_ios"] > 0
+    assert (trace.size % 512 == 0).all() and (trace.size > 0).all() and (trace.offset % 512 == 0).all()
+    assert (np.diff(trace.ts_ms) >= 0).all() and (trace.submit_ms >= trace.ts_ms).all()
+    assert (trace.latency_us > 0).all() and (trace.returned == trace.size).all()
+    assert run.pid is not None and len(run.pid) == len(trace)
+    # the first request, by hand: Q RAM 520 8 at 0 s, D at the first "D" line, its C after
+    q = next(f for f in (line.split() for line in lines) if f[0] == "Q")
+    d = next(f for f in issued if f[2] == q[2])
+    c = next(f for f in (line.split() for line in lines) if f[0] == "C" and f[2] == q[2] and f[3] == d[3])
+    ns = lambda f: int(f[4]) * 10**9 + int(f[5])  # noqa: E731
+    assert trace.ts_ms[0] == 0.0 and trace.is_read[0] == ("R" in d[1])
+    assert trace.offset[0] == int(q[2]) * 512 and trace.size[0] == int(d[3]) * 512
+    assert trace.submit_ms[0] == pytest.approx(ns(d) / 1e6)
+    assert trace.latency_us[0] == pytest.approx((ns(c) - ns(d)) / 1e3)
+
+
+def test_a_request_without_its_completion_has_no_latency_and_unknown_returned():
+    text = "Q W 100 8 0 000000100 7 0 fio\nD W 100 8 0 000000200 7 0 fio\n" \
+           "Q R 300 16 0 000000300 8 0 jbd2/loop0-8\nD R 300 16 0 000000400 8 0 jbd2/loop0-8\n" \
+           "C R 300 16 0 000001400 0 0 swapper/0\n"
+    run = parse_blkparse(text)
+    assert list(run.trace.size) == [4096, 8192] and list(run.trace.is_read) == [False, True]
+    assert np.isnan(run.trace.latency_us[0]) and run.trace.latency_us[1] == pytest.approx(1.0)
+    assert list(run.trace.returned) == [-1, 8192] and run.meta["without_completion"] == 1
+    assert run.meta["by_command"] == {"fio": 1, "jbd2/loop0-8": 1} and list(run.pid) == [7, 8]
+
+
+def test_a_few_hundred_thousand_events_parse_in_seconds():
+    lines = FIXTURE.read_text().splitlines()
+    copies = 300_000 // len(lines)
+    text = []
+    for k in range(copies):  # the fixture again and again, each copy a second later and elsewhere on the device
+        for line in lines:
+            f = line.split(None, 8)
+            f[2] = str(int(f[2]) + k * 10**6) if int(f[2]) else f[2]
+            f[4] = str(int(f[4]) + k)
+            text.append(" ".join(f))
+    started = time.monotonic()
+    run = parse_blkparse("\n".join(text) + "\n")
+    took = time.monotonic() - started
+    assert len(run.trace) == copies * parse_blkparse(FIXTURE.read_text()).meta["ios"]
+    assert took < 15, f"{len(text)} events took {took:.1f} s"
+
+
+def test_without_blktrace_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(blktrace.shutil, "which", lambda tool: None if tool == "blktrace" else f"/usr/bin/{tool}")
+    with pytest.raises(TraceUnavailable) as e:
+        traced_run(DeviceSettings(workload="varmail"))
+    message = str(e.value)
+    assert "\n" not in message and "apt-get install blktrace" in message and "make setup-devices" in message
+    # Filebench has no log of its own to fall back to
+    with pytest.raises(TraceUnavailable, match="Filebench has no per-I/O log"):
+        traced_run(DeviceSettings(workload="varmail", engine="filebench"), fallback=True)
+
+
+def test_the_format_has_one_field_per_column():
+    assert len(BLKPARSE_FORMAT.split("%")) - 1 == blktrace.FIELDS
+
+
+# --- on loop devices -------------------------------------------------------------------------------------
+@pytest.fixture
+def loop_dir(tmp_path_factory, monkeypatch) -> Path:
+    monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    return Path(tmp_path_factory.mktemp("loops"))
+
+
+def settings(loop_dir: Path) -> DeviceSettings:
+    return DeviceSettings(workload="varmail", loop_dir=str(loop_dir), loop_size_mib=512, fileset_mib=32)
+
+
+def nothing_left(loop_dir: Path) -> None:
+    """No loop device over a file in loop_dir, no mount under it, no file in it, no setup log, no blktrace
+    of one of its devices."""
+    here = f"{os.path.realpath(loop_dir)}/"
+    loops = [n.name for n in Path("/sys/block").glob("loop*") if _read(n / "loop" / "backing_file").startswith(here)]
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if f"{line.split()[4]}/".startswith(here)]
+    blktraces = [p.name for p in Path("/proc").glob("[0-9]*") if b"blktrace" in _read_bytes(p / "cmdline")
+                 and here.encode() in _read_bytes(p / "cmdline")]
+    assert (loops, mounts, blktraces) == ([], [], [])
+    assert list(loop_dir.rglob("*")) == [] and list(Path(os.environ["STORETUNE_STATE_DIR"]).iterdir()) == []
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def check_trace(run, device_bytes: int) -> None:
+    t = run.trace
+    assert len(t) > 0 and t.is_read.any() and (~t.is_read).any()  # varmail reads and writes
+    assert (t.size % 512 == 0).all() and (t.size > 0).all()
+    assert (t.offset >= 0).all() and (t.offset + t.size <= device_bytes).all()
+    assert run.meta["runtime_s"] == 2 and run.meta["engine"] == "fio" and run.meta["submitters"] >= 1
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None or shutil.which("blktrace") is None,
+                    reason="needs fio and blktrace (make setup-devices)")
+def test_a_traced_varmail_run_on_a_loop_device(loop_dir):
+    try:
+        run = traced_run(settings(loop_dir), runtime_s=2)
+    except TraceUnavailable as e:
+        nothing_left(loop_dir)  # refused before anything was measured, and torn down
+        pytest.skip(f"this kernel refuses blktrace: {e}")
+    nothing_left(loop_dir)
+    assert run.source == "blktrace"
+    check_trace(run, 512 * 2**20)
+    assert run.meta["dropped_events"] is not None and "journal" in run.meta["sees"]
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_the_fio_log_fallback_when_asked(loop_dir, monkeypatch):
+    which = shutil.which  # blktrace.shutil is shutil: keep the real one
+    monkeypatch.setattr(blktrace.shutil, "which", lambda tool: None if tool == "blktrace" else which(tool))
+    run = traced_run(settings(loop_dir), runtime_s=2, fallback=True)
+    nothing_left(loop_dir)
+    assert run.source == "fio-log" and "apt-get install blktrace" in run.meta["fallback"]
+    assert "file offsets" in run.meta["offsets"] and run.meta["submitters"] == 16  # varmail's 16 threads
+    check_trace(run, 32 * 2**20 * 2)  # file offsets: within a 16 KiB mail
+    assert (run.trace.offset + run.trace.size <= 16 * 1024).all()
