@@ -43,10 +43,13 @@ def replay(
                                                   "against fio's at 1, 8 and 32 (bench/device_overhead.py).")] = 1,
     loop_dir: LoopDirOpt = None,
     loop_size_mib: LoopSizeOpt = None,
+    window: Annotated[int, typer.Option(help="Change detection: report where the workload's fingerprint shifts, in "
+                                             "windows of this many I/Os (storetune fingerprint).")] = 1000,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be done; touch nothing.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Replay a block trace on a device with O_DIRECT and record every I/O's latency."""
+    """Replay a block trace on a device with O_DIRECT and record every I/O's latency; say where the
+    workload's fingerprint shifts (seed 004's change detection)."""
     from runners.device.replay import replay_on_device
     from runners.traces import read_trace, write_flashnet
 
@@ -61,7 +64,7 @@ def replay(
         return
     write_flashnet(out, result.trace)
     summary = {**result.summary(), "trace": str(trace), "out": str(out), "device": device,
-               "speed": speed, "queue_depth": queue_depth}
+               "speed": speed, "queue_depth": queue_depth, "changes": _changes(result.trace, window)}
     if as_json:
         print(json.dumps(summary))
         return
@@ -69,6 +72,21 @@ def replay(
         console.print(f"{result.wrapped} of {len(loaded)} offsets lay beyond the device and were wrapped modulo its size")
     console.print(f"replayed {summary['ios']} I/Os in {summary['duration_s']} s: mean latency "
                   f"{summary['latency_mean_us']:.0f} us, p99 {summary['latency_p99_us']:.0f} us -> {out}")
+    shifts = summary["changes"]
+    if shifts is not None:
+        at = ", ".join(f"window {c['window']} (I/O {c['first_io']})" for c in shifts["at"]) or "nowhere"
+        console.print(f"the workload's fingerprint shifts at {at} ({shifts['windows']} windows of {window} I/Os)",
+                      highlight=False)
+
+
+def _changes(trace: Any, window: int) -> dict[str, Any] | None:
+    """Where the replayed workload's fingerprint shifts (``runners.fingerprint.changes``, on the replay's
+    own arrival times and measured latencies); None for a replay shorter than two windows."""
+    from runners.fingerprint import changes
+
+    if len(trace) < 2 * window:
+        return None
+    return {"window": window, "windows": len(trace) // window, "at": [c.to_dict() for c in changes(trace, window)]}
 
 
 def _sweep_dry_run(spec: Any, grid: dict[str, Any]) -> None:

@@ -43,7 +43,9 @@ class CampaignCreate(BaseModel):
     parallel: int = Field(1, ge=1, le=256, description="Configurations measured at once, in worker processes.")
     metric: str | None = Field(None, description="The metric to optimise (default: the runner's first).")
     direction: Literal["min", "max"] | None = None
-    warm_start: Literal["none", "same"] = "none"
+    warm_start: Literal["none", "same", "similar"] = Field("none", description=(
+        "same: learn from earlier trials of the same space, workload and device; similar: that, and first measure "
+        "the near-optimal configurations of the nearest fingerprinted workloads (GET /recommendations)."))
     fix: dict[str, Any] = Field(default_factory=dict, description="Parameters pinned to one value.")
 
 

@@ -10,7 +10,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from api.common import DbOption, JsonOption, UserError, console, open_history
+from api.common import (
+    FLAGS, AllowDeviceOpt, DbOption, DeviceOpt, EngineOpt, FilesetOpt, JsonOption, LoopDirOpt, LoopSizeOpt, RuntimeOpt,
+    UserError, WorkloadOpt, console, err, open_history, runner_settings,
+)
 from runners import Workload
 from runners.fingerprint import DISTANCE_FEATURES, changes, trace_fingerprint
 from runners.traces import read_trace
@@ -30,9 +33,49 @@ def _of_trace(trace: Path, fmt: str | None) -> tuple[Workload, dict[str, Any], A
     return trace_workload(trace), trace_fingerprint(loaded), loaded
 
 
+SecondsOpt = Annotated[float, typer.Option(help="Device: seconds of the traced run.")]
+TracerOpt = Annotated[str, typer.Option(help="Device: blktrace, or tracefs (the kernel's blk tracer through ftrace: "
+                                             "the same events, where kernel lockdown refuses blktrace).")]
+FallbackOpt = Annotated[bool, typer.Option("--fallback", help="Device: if the tracer is missing or refused, use "
+                                                              "fio's own per-I/O log (file offsets, not blocks).")]
+
+
+def _of_device(options: dict[str, Any], seconds: float, tracer: str,
+               fallback: bool) -> tuple[Workload, dict[str, Any], Any]:
+    """A short traced run of a device workload (``runners.device.blktrace``), keyed by the workload as a
+    campaign of these options runs it (its runtime, fileset, engine), so that campaigns find it."""
+    from runners import make_runner
+    from runners.device.blktrace import traced_run
+    from runners.fingerprint import features
+
+    settings = runner_settings("device", options)
+    workload = make_runner("device", settings, dry_run=True, echo=lambda _line: None).workload
+    if seconds <= 0:
+        raise UserError(f"--seconds must be above 0, not {seconds}")
+    err.print(f"tracing {settings.workload} ({settings.engine}) for {seconds:g} s on {settings.device} with {tracer}",
+              highlight=False)
+    try:
+        run = traced_run(settings, runtime_s=seconds, fallback=fallback, tracer=tracer)
+    except RuntimeError as e:  # the traced run failed (a full device, a refused mkfs): its reason, one line
+        raise UserError(str(e)) from None
+    found = {"source": run.source, "ios": len(run.trace), "features": features(run.trace), "meta": dict(run.meta)}
+    return workload, found, run.trace
+
+
 def fingerprint(
     trace: TraceOpt = None,
     fmt: FormatOpt = None,
+    workload: WorkloadOpt = None,
+    device: DeviceOpt = None,
+    allow_device: AllowDeviceOpt = [],  # noqa: B006
+    engine: EngineOpt = None,
+    runtime: RuntimeOpt = None,
+    loop_dir: LoopDirOpt = None,
+    loop_size_mib: LoopSizeOpt = None,
+    fileset_mib: FilesetOpt = None,
+    seconds: SecondsOpt = 3.0,
+    tracer: TracerOpt = "blktrace",
+    fallback: FallbackOpt = False,
     window: Annotated[int, typer.Option(help="Change detection: a window of this many I/Os (not seconds: some "
                                              "traces are stamped in whole seconds).")] = 1000,
     threshold: Annotated[float, typer.Option(help="Change detection: a window this many units of the trace's "
@@ -43,10 +86,16 @@ def fingerprint(
     as_json: JsonOption = False,
 ) -> None:
     """A workload's features (seed 004's Table 2: reads and writes, request sizes, sequentiality,
-    arrival rate and burstiness, concurrency, think time), and where in the trace they shift."""
-    if trace is None:
-        raise UserError("fingerprint needs --trace PATH")
-    workload, found, loaded = _of_trace(trace, fmt)
+    arrival rate and burstiness, concurrency, think time), from a trace or a short traced run of a
+    device workload, and where in the trace they shift.
+
+    --workload NAME --device loop traces a run of the device runner's workload with blktrace, which sees
+    the file system's journal and metadata I/O too; --runtime, --fileset-mib and --engine name the
+    campaign the fingerprint is for (the traced run itself lasts --seconds)."""
+    workload, found, loaded = _source(trace, fmt, dict(workload=workload, device=device, allow_device=allow_device,
+                                                       engine=engine, runtime_s=runtime, loop_dir=loop_dir,
+                                                       loop_size_mib=loop_size_mib, fileset_mib=fileset_mib),
+                                      seconds, tracer, fallback)
     shifts = changes(loaded, window, threshold) if len(loaded) >= 2 * window else None
     result: dict[str, Any] = {"workload": workload.name, "workload_fingerprint": workload.fingerprint(), **found,
                               "changes": None if shifts is None else {"window": window, "threshold": threshold,
@@ -55,7 +104,8 @@ def fingerprint(
     if record:
         history = open_history(db, migrate=True)
         try:
-            result["id"] = history.add_fingerprint(workload_name=workload.name, workload_fingerprint=workload.fingerprint(),
+            result["id"] = history.add_fingerprint(workload_name=workload.name,
+                                                   workload_fingerprint=workload.fingerprint(),
                                                    workload=workload.to_dict(), **found)
         finally:
             history.close()
@@ -77,9 +127,33 @@ def fingerprint(
         console.print(f"the fingerprint shifts at {at}", highlight=False)
 
 
+def _source(trace: Path | None, fmt: str | None, device_options: dict[str, Any], seconds: float, tracer: str,
+            fallback: bool) -> tuple[Workload, dict[str, Any], Any]:
+    given = {k: v for k, v in device_options.items() if v not in (None, [])}
+    if trace is not None and given:
+        first = next(iter(given))
+        raise UserError(f"give --trace or a device workload (--workload, --device, ...), not both: "
+                        f"{FLAGS.get(first, '--' + first.replace('_', '-'))} with --trace")
+    if trace is not None:
+        return _of_trace(trace, fmt)
+    if "workload" not in given:
+        raise UserError("name the workload: --trace PATH, or --workload NAME (with --device loop or a disk)")
+    return _of_device(given, seconds, tracer, fallback)
+
+
 def recommend(
     trace: TraceOpt = None,
     fmt: FormatOpt = None,
+    workload: WorkloadOpt = None,
+    device: DeviceOpt = None,
+    allow_device: AllowDeviceOpt = [],  # noqa: B006
+    engine: EngineOpt = None,
+    loop_dir: LoopDirOpt = None,
+    loop_size_mib: LoopSizeOpt = None,
+    fileset_mib: FilesetOpt = None,
+    seconds: SecondsOpt = 3.0,
+    tracer: TracerOpt = "blktrace",
+    fallback: FallbackOpt = False,
     space: Annotated[Optional[str], typer.Option(help="Only configurations of this space's parameters.")] = None,
     k: Annotated[int, typer.Option("--k", help="How many of the nearest workloads.")] = 3,
     within: Annotated[float, typer.Option(help="Near-optimal: within this share of a workload's best.")] = 0.95,
@@ -92,11 +166,12 @@ def recommend(
     from search_spaces import load_space
     from tuner.workloads import recommend as nearest
 
-    if trace is None:
-        raise UserError("recommend needs --trace PATH")
     target = load_space(space) if space else None
-    workload, found, _ = _of_trace(trace, fmt)
-    result = nearest(open_history(db, migrate=False), found["features"], target, k=k, within=within, metric=metric,
+    history = open_history(db, migrate=False)  # an unusable history is said before a device is traced
+    workload, found, _ = _source(trace, fmt, dict(workload=workload, device=device, allow_device=allow_device,
+                                                 engine=engine, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
+                                                 fileset_mib=fileset_mib), seconds, tracer, fallback)
+    result = nearest(history, found["features"], target, k=k, within=within, metric=metric,
                      exclude=[workload.fingerprint()])
     if as_json:
         print(json.dumps({"workload": workload.name, "ios": found["ios"], **result.to_dict()}, default=str))

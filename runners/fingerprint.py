@@ -155,7 +155,8 @@ def dataset_fingerprint(folder: Path, workload: str) -> dict[str, Any] | None:
 
 def vector(features: Mapping[str, float | None], names: Sequence[str] = DISTANCE_FEATURES) -> np.ndarray:
     """The compared features as a vector (NaN where one is unknown)."""
-    return np.array([np.nan if features.get(k) is None else float(features[k]) for k in names])  # type: ignore[arg-type]
+    return np.array([np.nan if features.get(k) is None else float(features[k])  # type: ignore[arg-type]
+                     for k in names])
 
 
 def scales(vectors: np.ndarray, names: Sequence[str] = DISTANCE_FEATURES) -> np.ndarray:

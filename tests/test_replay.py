@@ -80,3 +80,26 @@ def test_a_malformed_trace_is_one_line_naming_its_line(tmp_path):
     bad.write_text("0.000 0 200626176 4096 0\n1.5 0 12 nope 1\n")
     proc = run_cli("replay", "--trace", str(bad), "--out", str(tmp_path / "o.csv"))
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: {bad}: line 2: msr field size is 'nope', not an integer"
+
+
+def test_a_replay_reports_where_the_workloads_fingerprint_shifts(loop_dir, tmp_path):
+    """Two phases in one trace (random 4 KiB reads, then sequential 64 KiB writes): the replay's summary
+    names the window where the second begins, counted in I/Os."""
+    import json
+
+    import numpy as np
+
+    from conftest import run_cli
+
+    rng = np.random.default_rng(0)
+    lines = [f"{i * 0.5:.3f} 0 {int(rng.integers(0, 2**16)) * 4096} 4096 1\n" for i in range(2000)]
+    lines += [f"{1000 + i * 0.5:.3f} 0 {i * 65536} 65536 0\n" for i in range(2000)]
+    trace = tmp_path / "phases.trace"
+    trace.write_text("".join(lines))
+    proc = run_cli("replay", "--trace", str(trace), "--device", "loop", "--loop-dir", str(loop_dir),
+                   "--loop-size-mib", "512", "--speed", "0", "--queue-depth", "8", "--window", "500",
+                   "--out", str(tmp_path / "out.csv"), "--json", check=True)
+    changes = json.loads(proc.stdout.strip().splitlines()[-1])["changes"]
+    assert changes["window"] == 500 and changes["windows"] == 8
+    assert [c["window"] for c in changes["at"]] == [4] and changes["at"][0]["first_io"] == 2000
+    assert leftovers(loop_dir) == NOTHING

@@ -178,7 +178,8 @@ def test_rest_fingerprints_and_recommendations(tmp_path, sqlite_url):
     with TestClient(create_app(ServiceSettings(database_url=sqlite_url, data_dirs=data))) as client:
         created = client.post("/fingerprints", json={"trace": str(trace)})
         assert created.status_code == 201, created.text
-        assert created.json()["ios"] == 10_000 and created.headers["location"] == f"/fingerprints/{created.json()['id']}"
+        assert created.json()["ios"] == 10_000
+        assert created.headers["location"] == f"/fingerprints/{created.json()['id']}"
         assert client.get("/recommendations", params={"trace": str(trace)}).status_code == 404
         assert client.post("/fingerprints", json={"trace": "/etc/passwd"}).status_code == 403
         short = tmp_path / "short.trace"

@@ -171,7 +171,8 @@ class History:
                                                  created_at=r.created_at)
                     for r in s.scalars(query)}
 
-    def workload_trials(self, workload_fingerprints: Sequence[str]) -> list[tuple[CampaignView, str, dict[str, Any], float]]:
+    def workload_trials(self, workload_fingerprints: Sequence[str]
+                        ) -> list[tuple[CampaignView, str, dict[str, Any], float]]:
         """(campaign, config hash, configuration, value) of every succeeded trial of the campaigns that ran
         one of these workloads: what they measured, for recommendations."""
         if not workload_fingerprints:

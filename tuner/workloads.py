@@ -49,7 +49,7 @@ class Recommendation:
     metric: str
     within: float
     features: list[str]  # the standardised features the distance compares
-    scale: dict[str, float]  # each one's scale (its spread over these workloads, at least runners.fingerprint.MIN_SCALE)
+    scale: dict[str, float]  # each one's spread over these workloads, at least runners.fingerprint.MIN_SCALE
     # how often the nearest known workload's best was near-optimal on a workload, where both were measured
     transfer: dict[str, Any] = field(default_factory=dict)
 
