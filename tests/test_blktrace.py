@@ -275,3 +275,63 @@ def test_the_tracefs_tracer_refuses_while_someone_else_traces(loop_dir, tracefs_
     finally:
         (tracefs_root / "current_tracer").write_text("nop")
         (tracefs_root / "tracing_on").write_text(tracing_on)
+
+
+def read_ftrace(device: str | None = None) -> dict[str, str]:
+    """ftrace_state, mounting tracefs for the moment if it is not mounted (and unmounting it again)."""
+    root = blktrace.tracefs_mount()
+    if root is not None:
+        return ftrace_state(root, device)
+    assert os.system(f"mount -t tracefs nodev {blktrace.TRACEFS}") == 0
+    try:
+        return ftrace_state(blktrace.TRACEFS, device)
+    finally:
+        os.system(f"umount {blktrace.TRACEFS}")
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_a_traced_run_killed_mid_trace_is_reaped_by_the_next_start(loop_dir, tmp_path):
+    """SIGKILLed while the blk tracer records: the tracer, the clock, the options, the buffer, the device's
+    trace/enable and tracing_on stay as it set them, and the tracefs mount; the next start's reaper restores
+    and unmounts them all."""
+    import signal
+    import subprocess
+    import sys
+
+    from runners.device.shell import Shell
+    from runners.device.state import reap_and_say
+
+    before, mounts_before = read_ftrace(), tracefs_mounts()
+    if before["current_tracer"] != "nop" or before["set_event"]:
+        pytest.skip(f"ftrace is in use on this host: {before['current_tracer']}, events {before['set_event']!r}")
+    script = tmp_path / "victim.py"
+    script.write_text(
+        "from runners.device.blktrace import traced_run\nfrom runners.settings import DeviceSettings\n"
+        f"traced_run(DeviceSettings(workload='varmail', loop_dir={str(loop_dir)!r}, loop_size_mib=512, "
+        "fileset_mib=32), runtime_s=60, tracer='tracefs')\n")
+    root = Path(__file__).resolve().parent.parent
+    victim = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(root)},
+                              start_new_session=True)
+    here = f"{os.path.realpath(loop_dir)}/"
+    enabled = None
+    try:
+        deadline = time.monotonic() + 120
+        while enabled is None and time.monotonic() < deadline and victim.poll() is None:
+            for node in Path("/sys/block").glob("loop*"):
+                if _read(node / "loop" / "backing_file").startswith(here) and _read(node / "trace" / "enable") == "1":
+                    enabled = node
+            time.sleep(0.2)
+        assert enabled is not None, "the victim never started tracing"
+        time.sleep(1)  # tracing now
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+    left = read_ftrace(f"/dev/{enabled.name}")
+    assert left["current_tracer"] == "blk" and left["enable"] == "1"  # it left the trace set up
+    reap_and_say(Shell())  # what the next start does
+    assert read_ftrace() == before and tracefs_mounts() == mounts_before
+    assert _read(enabled / "trace" / "enable") in ("", "0")  # put back, or the device is gone
+    nothing_left(loop_dir)
