@@ -14,6 +14,10 @@ device: the file system's journal and metadata I/O and the kernel's writeback ar
 workload's (``meta["by_command"]`` counts I/Os per submitting command, e.g. fio, jbd2/loop0-8,
 kworker/...; ``meta["metadata_ios"]`` those RWBS marks metadata).
 
+``tracer="tracefs"`` records the same kernel events through ftrace's blk tracer (for kernels whose lockdown
+refuses blktrace its debugfs files): its text, turned into blkparse's lines, goes through the same parser
+(``source="tracefs"``); ``Tracefs`` says which host-wide ftrace settings it changes and restores.
+
 Where blktrace is missing or the kernel refuses it, ``traced_run`` raises ``TraceUnavailable`` (one line:
 how to install it, or why the kernel said no); with ``fallback=True`` and the fio engine it records fio's
 own per-I/O latency log instead (``source="fio-log"``): its offsets are offsets in each file, not on the
