@@ -162,3 +162,176 @@ def test_the_fio_log_fallback_when_asked(loop_dir, monkeypatch):
     assert "file offsets" in run.meta["offsets"] and run.meta["submitters"] == 16  # varmail's 16 threads
     check_trace(run, 32 * 2**20 * 2)  # file offsets: within a 16 KiB mail
     assert (run.trace.offset + run.trace.size <= 16 * 1024).all()
+
+
+# --- the kernel's blk tracer through tracefs -------------------------------------------------------------
+def test_the_blk_tracers_classic_text_becomes_blkparse_lines():
+    text = (b"# tracer: blk\n"
+            b"  7,0    1   885.070042079 10889  Q  WS 0 + 8 [dd]\n"
+            b"  7,0    1   885.070060137 10889  P   N [dd]\n"
+            b"  7,0    1   885.070060696 10889  U   N [dd] 1\n"
+            b"  7,0    1   885.070061745 10889  D  WS 0 + 8 [dd]\n"
+            b"  7,1    0   885.070061800   500  D  WS 64 + 8 [other]\n"  # another device: not ours
+            b"CPU:0 [LOST 3 EVENTS]\n"
+            b"  7,0    1   885.070240591    22  C  WS 0 + 8 [0]\n"
+            b"  7,0    0   885.070300000   301  D FWS [jbd2/loop0-8]\n"
+            b"  7,0    0   885.070400000    22  C  RM 8 + 8 [-5]\n")
+    lines, counts = blktrace.blk_text_to_blkparse(text, 7, 0)
+    assert lines.splitlines() == [
+        "Q WS 0 8 885 070042079 10889 0 dd", "P N 0 0 885 070060137 10889 0 dd", "U N 0 0 885 070060696 10889 0 dd",
+        "D WS 0 8 885 070061745 10889 0 dd", "C WS 0 8 885 070240591 22 0 ",
+        "D FWS 0 0 885 070300000 301 0 jbd2/loop0-8", "C RM 8 8 885 070400000 22 -5 "]
+    assert counts == {"skipped_lines": 1, "lost_lines": 3}  # the header is skipped, the LOST line counted
+    run = parse_blkparse(lines)
+    assert len(run.trace) == 1 and run.trace.latency_us[0] == pytest.approx(178.846)
+    assert run.meta["by_command"] == {"dd": 1} and run.meta["flushes_without_data"] == 1
+
+
+def test_the_refusal_of_blktrace_names_the_tracefs_tracer():
+    message = blktrace.refusal("/dev/loop0", "BLKTRACESETUP(2) /dev/loop0 failed: 1/Operation not permitted")
+    assert 'tracer="tracefs"' in message and "--tracer tracefs" in message and "fallback=True" in message
+
+
+def ftrace_state(root: Path, device: str | None = None) -> dict[str, str]:
+    """Every ftrace setting the tracefs tracer may change, and the device's trace/enable."""
+    state = {name: (root / name).read_text().strip()
+             for name in ("current_tracer", "tracing_on", "trace_clock", "buffer_size_kb", "set_event")}
+    state |= {f"options/{p.name}": p.read_text().strip() for p in sorted((root / "options").iterdir())}
+    if device:
+        state["enable"] = (Path("/sys/block") / Path(device).name / "trace" / "enable").read_text().strip()
+    return state
+
+
+def tracefs_mounts() -> list[str]:
+    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if " - tracefs " in line]
+
+
+@pytest.fixture
+def tracefs_root():
+    """tracefs mounted for the test (unmounted after it if it was not before): where to read ftrace's settings."""
+    root = blktrace.tracefs_mount()
+    mounted = root is None
+    if mounted:
+        root = blktrace.TRACEFS
+        assert os.system(f"mount -t tracefs nodev {root}") == 0
+    try:
+        yield root
+    finally:
+        if mounted:
+            os.system(f"umount {root}")
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_a_varmail_run_traced_through_tracefs(loop_dir, tracefs_root):
+    mounts_before = tracefs_mounts()
+    before = ftrace_state(tracefs_root)
+    if before["current_tracer"] != "nop" or before["set_event"]:
+        pytest.skip(f"ftrace is in use on this host: {before['current_tracer']}, events {before['set_event']!r}")
+    enables = {p: p.read_text() for p in Path("/sys/block").glob("loop*/trace/enable")}
+    run = traced_run(settings(loop_dir), runtime_s=2, tracer="tracefs")
+    nothing_left(loop_dir)
+    assert ftrace_state(tracefs_root) == before and tracefs_mounts() == mounts_before
+    assert {p: p.read_text() for p in enables if p.exists()} == {p: t for p, t in enables.items() if p.exists()}
+    assert run.source == "tracefs" and run.trace.source.startswith("tracefs blk tracer of /dev/loop")
+    assert "blk tracer" in run.meta["source_is"] and "same block events blktrace records" in run.meta["source_is"]
+    check_trace(run, 512 * 2**20)
+    completed = ~np.isnan(run.trace.latency_us)
+    assert completed.sum() >= 0.99 * len(run.trace)  # the run drained before tracing stopped, nearly all
+    assert np.isfinite(run.trace.latency_us[completed]).all() and (run.trace.latency_us[completed] > 0).all()
+    # the journal's I/O: ftrace names the submitting processes (its saved command lines)
+    assert any(c.startswith("jbd2/") for c in run.meta["by_command"]) and run.meta["by_command"].get("fio", 0) > 0
+    assert run.meta["dropped_events"] == 0 and run.meta["complete"]
+    assert set(run.meta["lost_by_cpu"]) == {f"cpu{n}" for n in range(len(run.meta["lost_by_cpu"]))}
+    # what it changed, each put back: the tracer, the clock, blk_classic and the device's trace/enable at least
+    assert {"current_tracer", "trace_clock", "options/blk_classic"} <= set(run.meta["ftrace_restored"])
+    assert any(k.endswith("/trace/enable") for k in run.meta["ftrace_restored"])
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_the_tracefs_tracer_refuses_while_someone_else_traces(loop_dir, tracefs_root):
+    tracers = (tracefs_root / "available_tracers").read_text().split()
+    other = next((t for t in ("blk", "wakeup", "function") if t in tracers), None)  # blk: no device, no cost
+    if other is None:
+        pytest.skip(f"no tracer besides nop here: {tracers}")
+    original = (tracefs_root / "current_tracer").read_text().strip()
+    if original != "nop":
+        pytest.skip(f"ftrace is in use on this host: {original}")
+    tracing_on = (tracefs_root / "tracing_on").read_text().strip()
+    try:
+        (tracefs_root / "tracing_on").write_text("0")  # someone's tracer, paused: cheap while it lasts
+        (tracefs_root / "current_tracer").write_text(other)
+        before, mounts_before = ftrace_state(tracefs_root), tracefs_mounts()
+        with pytest.raises(TraceUnavailable) as e:
+            traced_run(settings(loop_dir), runtime_s=2, tracer="tracefs")
+        assert "\n" not in str(e.value) and f"current_tracer is {other!r}" in str(e.value)
+        assert ftrace_state(tracefs_root) == before and tracefs_mounts() == mounts_before
+        nothing_left(loop_dir)
+    finally:
+        (tracefs_root / "current_tracer").write_text("nop")
+        (tracefs_root / "tracing_on").write_text(tracing_on)
+
+
+def read_ftrace(device: str | None = None) -> dict[str, str]:
+    """ftrace_state, mounting tracefs for the moment if it is not mounted (and unmounting it again)."""
+    root = blktrace.tracefs_mount()
+    if root is not None:
+        return ftrace_state(root, device)
+    assert os.system(f"mount -t tracefs nodev {blktrace.TRACEFS}") == 0
+    try:
+        return ftrace_state(blktrace.TRACEFS, device)
+    finally:
+        os.system(f"umount {blktrace.TRACEFS}")
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_a_traced_run_killed_mid_trace_is_reaped_by_the_next_start(loop_dir, tmp_path):
+    """SIGKILLed while the blk tracer records: the tracer, the clock, the options, the buffer, the device's
+    trace/enable and tracing_on stay as it set them, and the tracefs mount; the next start's reaper restores
+    and unmounts them all."""
+    import signal
+    import subprocess
+    import sys
+
+    from runners.device.shell import Shell
+    from runners.device.state import reap_and_say
+
+    before, mounts_before = read_ftrace(), tracefs_mounts()
+    if before["current_tracer"] != "nop" or before["set_event"]:
+        pytest.skip(f"ftrace is in use on this host: {before['current_tracer']}, events {before['set_event']!r}")
+    script = tmp_path / "victim.py"
+    script.write_text(
+        "from runners.device.blktrace import traced_run\nfrom runners.settings import DeviceSettings\n"
+        f"traced_run(DeviceSettings(workload='varmail', loop_dir={str(loop_dir)!r}, loop_size_mib=512, "
+        "fileset_mib=32), runtime_s=60, tracer='tracefs')\n")
+    root = Path(__file__).resolve().parent.parent
+    victim = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(root)},
+                              start_new_session=True)
+    here = f"{os.path.realpath(loop_dir)}/"
+    enabled = None
+    try:
+        deadline = time.monotonic() + 120
+        while enabled is None and time.monotonic() < deadline and victim.poll() is None:
+            for node in Path("/sys/block").glob("loop*"):
+                if _read(node / "loop" / "backing_file").startswith(here) and _read(node / "trace" / "enable") == "1":
+                    enabled = node
+            time.sleep(0.2)
+        assert enabled is not None, "the victim never started tracing"
+        time.sleep(1)  # tracing now
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+    left = read_ftrace(f"/dev/{enabled.name}")
+    assert left["current_tracer"] == "blk" and left["enable"] == "1"  # it left the trace set up
+    reap_and_say(Shell())  # what the next start does
+    assert read_ftrace() == before and tracefs_mounts() == mounts_before
+    assert _read(enabled / "trace" / "enable") in ("", "0")  # put back, or the device is gone
+    nothing_left(loop_dir)

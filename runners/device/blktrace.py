@@ -14,6 +14,10 @@ device: the file system's journal and metadata I/O and the kernel's writeback ar
 workload's (``meta["by_command"]`` counts I/Os per submitting command, e.g. fio, jbd2/loop0-8,
 kworker/...; ``meta["metadata_ios"]`` those RWBS marks metadata).
 
+``tracer="tracefs"`` records the same kernel events through ftrace's blk tracer (for kernels whose lockdown
+refuses blktrace its debugfs files): its text, turned into blkparse's lines, goes through the same parser
+(``source="tracefs"``); ``Tracefs`` says which host-wide ftrace settings it changes and restores.
+
 Where blktrace is missing or the kernel refuses it, ``traced_run`` raises ``TraceUnavailable`` (one line:
 how to install it, or why the kernel said no); with ``fallback=True`` and the fio engine it records fio's
 own per-I/O latency log instead (``source="fio-log"``): its offsets are offsets in each file, not on the
@@ -25,8 +29,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import logging
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,10 +44,12 @@ import numpy as np
 
 from runners.base import Status
 from runners.device.runner import DeviceRunner
+from runners.device.state import UndoFailed, _unescape, unmount
 from runners.device.target import DeviceError
 from runners.settings import DeviceSettings
 from runners.traces import Trace
 
+logger = logging.getLogger(__name__)
 DEBUGFS = Path("/sys/kernel/debug")
 # one line per event: action, RWBS, sector, sectors, seconds, nanoseconds, pid, error, command (last:
 # a command may hold spaces). blkparse prints 0 for the sector and size of events without them (P, U).
@@ -50,6 +58,8 @@ FIELDS = 9
 READY_S = 5.0  # how long blktrace may take to open its per-CPU buffers
 STOP_S = 15.0  # how long blktrace may take to drain its buffers after SIGINT
 INSTALL = "apt-get install blktrace (make setup-devices does)"
+ALTERNATIVES = ('tracer="tracefs" (--tracer tracefs) records the same kernel events through ftrace\'s blk tracer; '
+                "or fallback=True (fio's own log, the workload's file offsets only)")
 
 
 class TraceUnavailable(DeviceError):
@@ -59,7 +69,7 @@ class TraceUnavailable(DeviceError):
 @dataclass
 class TracedRun:
     trace: Trace
-    source: str  # "blktrace" or "fio-log"
+    source: str  # "blktrace", "tracefs" or "fio-log"
     meta: dict[str, Any] = field(default_factory=dict)
     pid: np.ndarray | None = None  # per I/O: the submitting process (blktrace) or fio's job thread (fio-log)
 
@@ -204,7 +214,7 @@ def require_blktrace(shell: Any = None) -> dict[str, Any]:
     TraceUnavailable. Returns what was done, for the run's meta."""
     for tool in ("blktrace", "blkparse"):
         if shutil.which(tool) is None:
-            raise TraceUnavailable(f"{tool} is not installed: {INSTALL}")
+            raise TraceUnavailable(f"{tool} is not installed: {INSTALL}; or {ALTERNATIVES}")
     done: dict[str, Any] = {}
     if not (DEBUGFS / "block").is_dir():
         result = subprocess.run(["mount", "-t", "debugfs", "none", str(DEBUGFS)], capture_output=True, text=True,
@@ -213,7 +223,7 @@ def require_blktrace(shell: Any = None) -> dict[str, Any]:
             said = (result.stderr or result.stdout).strip().replace("\n", " ")
             raise TraceUnavailable(f"blktrace needs debugfs, and mount -t debugfs none {DEBUGFS} failed: "
                                    f"{said or 'no block directory in it'} (a kernel without CONFIG_DEBUG_FS "
-                                   "and CONFIG_BLK_DEV_IO_TRACE cannot trace)")
+                                   f"and CONFIG_BLK_DEV_IO_TRACE cannot trace); {ALTERNATIVES}")
         done["debugfs_mounted"] = str(DEBUGFS)  # left mounted, as a system mounts it
     return done
 
@@ -308,44 +318,59 @@ def refusal(device: str, said: str) -> str:
         why = "the kernel refused BLKTRACESETUP (no CONFIG_BLK_DEV_IO_TRACE, or the device is traced already)"
     else:
         why = "blktrace ended at once"
-    return f"blktrace on {device}: {why}: {said[:200]}; use fallback=True (fio's own log) or another kernel"
+    return f"blktrace on {device}: {why}: {said[:200]}; {ALTERNATIVES}"
 
 
 # --- the traced run -----------------------------------------------------------------------------------
+TRACERS = ("blktrace", "tracefs")
+
+
 def traced_run(settings: DeviceSettings | None = None, *, config: dict[str, Any] | None = None,
-               runtime_s: float = 3.0, fallback: bool = False, seed: int = 1) -> TracedRun:
+               runtime_s: float = 3.0, fallback: bool = False, seed: int = 1,
+               tracer: str = "blktrace") -> TracedRun:
     """One short run of ``settings``' workload (default: DeviceSettings(), fio's fileserver on a new loop
     device), on the space's default configuration unless ``config`` is given (missing values from the
     defaults), set up as a measurement sets it up (fresh mkfs, mount, queue settings, the files laid out,
-    written back and dropped), with blktrace on the block device during the timed run of ``runtime_s``
-    seconds alone. No warm-up. Everything set up is torn down, on error too, through the runner's setup
-    log. TraceUnavailable if blktrace is missing or refused, unless ``fallback`` (fio only: fio's log)."""
+    written back and dropped), with the block device traced during the timed run of ``runtime_s`` seconds
+    alone. No warm-up. Everything set up is torn down, on error too, through the runner's setup log.
+    ``tracer``: "blktrace" (debugfs), or "tracefs": the same kernel events through ftrace's blk tracer, for
+    kernels whose lockdown refuses blktrace (host-wide ftrace settings, each recorded and restored; refused
+    while someone else traces). TraceUnavailable if the tracer is missing or refused, unless ``fallback``
+    (fio only: fio's log)."""
+    if tracer not in TRACERS:
+        raise ValueError(f"tracer must be one of {', '.join(TRACERS)}, not {tracer!r}")
     settings = settings or DeviceSettings()
     settings = settings.model_copy(update={"runtime_s": runtime_s, "warmup_runs": 0})
-    prepared = require_blktrace_or(fallback, settings.engine)
+    # tracefs is checked once the runner exists: its start reaps what a killed traced run left (the blk tracer)
+    prepared = require_blktrace_or(fallback, settings.engine) if tracer == "blktrace" else {}
     runner = DeviceRunner(settings)
+    tracefs: Tracefs | None = None
     try:
         chosen = runner.space.validate(config or {}, fill_defaults=True)
         meta: dict[str, Any] = {"device": runner.target().device, "device_kind": runner.target().kind,
                                 "engine": settings.engine, "workload": settings.workload, "runtime_s": runtime_s,
-                                "config": dict(chosen), "seed": seed, **prepared}
+                                "config": dict(chosen), "seed": seed, "tracer": tracer, **prepared}
         directory = runner.workdir / "trace"
         if runner._workdir_entry is None:  # recorded before it exists, as a measurement does: close removes it
             runner._workdir_entry = runner.log.record("tree", path=str(runner.workdir))
-        tracer = None
+        active: Blktrace | Tracefs | None = None
         if "fallback" not in prepared:
-            tracer = Blktrace(runner, directory)
             try:
-                with tracer.running():  # a moment's trace of the idle device: refused now, not after the setup
-                    pass
+                if tracer == "blktrace":
+                    active = Blktrace(runner, directory)
+                    with active.running():  # a moment's trace of the idle device: refused now, not after the setup
+                        pass
+                else:
+                    active = tracefs = Tracefs(runner, directory)
+                    meta.update(tracefs.open())  # tracefs mounted, ftrace free, the device not traced
             except TraceUnavailable as e:
                 if not fallback:
                     raise
                 if settings.engine != "fio":
                     raise TraceUnavailable(f"{e} (and Filebench has no per-I/O log to fall back to)") from None
-                tracer, meta["fallback"] = None, str(e)
-        if tracer is not None:
-            runner.timed = tracer.running
+                active, meta["fallback"] = None, str(e)
+        if active is not None:
+            runner.timed = active.running
         else:
             directory.mkdir(parents=True, exist_ok=True)
             runner.fio_args = (f"--write_lat_log={directory / 'fiolog'}", "--log_offset=1")
@@ -354,20 +379,31 @@ def traced_run(settings: DeviceSettings | None = None, *, config: dict[str, Any]
             raise RuntimeError(f"the traced run {m.status.value}: {m.reason}")
         meta.update(ops_per_s=m.metrics.get("ops_per_s"), timings_s=m.env.get("timings_s"),
                     mkfs=m.env.get("mkfs"), mount_options=m.env.get("mount_options"))
-        if tracer is not None:
-            run = tracer.parse()
-            dropped = tracer.dropped()
-            run.meta.update(meta, traced_s=round(tracer.elapsed_s, 3), dropped_events=dropped,
-                            complete=dropped == 0, blktrace_said=tracer.said.strip()[-400:],
-                            sees="the whole device: the workload's I/O and the file system's journal, metadata "
-                                 "and writeback (by_command names the submitters)")
+        sees = ("the whole device: the workload's I/O and the file system's journal, metadata and writeback "
+                "(by_command names the submitters)")
+        if isinstance(active, Blktrace):
+            run = active.parse()
+            dropped = active.dropped()
+            run.meta.update(meta, traced_s=round(active.elapsed_s, 3), dropped_events=dropped,
+                            complete=dropped == 0, blktrace_said=active.said.strip()[-400:], sees=sees)
             if dropped:
                 run.meta["warning"] = f"blktrace dropped {dropped} events: the trace is incomplete"
+        elif isinstance(active, Tracefs):
+            run = active.parse()
+            run.meta.update(meta, traced_s=round(active.elapsed_s, 3), dropped_events=active.lost,
+                            complete=active.lost == 0, lost_by_cpu=active.lost_by_cpu, read_bytes=active.read_bytes,
+                            ftrace_restored=active.changed, buffer_size_kb=active.buffer_kb, trace_clock="mono",
+                            sees=sees, source_is="the kernel's blk tracer through tracefs (ftrace): the same block "
+                            "events blktrace records, process names from ftrace's saved command lines")
+            if active.lost:
+                run.meta["warning"] = f"ftrace lost {active.lost} events (buffer overruns): the trace is incomplete"
         else:
             run = parse_fio_lat_logs(list(directory.glob("fiolog_lat.*.log")))
             run.meta.update(meta)
         return run
     finally:
+        if tracefs is not None:
+            tracefs.close()
         runner.close()
 
 
@@ -380,3 +416,261 @@ def require_blktrace_or(fallback: bool, engine: str) -> dict[str, Any]:
         if engine != "fio":
             raise TraceUnavailable(f"{e} (and Filebench has no per-I/O log to fall back to)") from None
         return {"fallback": str(e)}
+
+
+# --- the kernel's blk tracer through tracefs ----------------------------------------------------------
+TRACEFS = Path("/sys/kernel/tracing")
+# per CPU: a 3 s varmail run on a loop device made 133k events, 8 MB of text, about 10 MB of ring buffer
+# (a 48-byte record and ftrace's headers each); the reader drains the buffer during the run, and this holds
+# such a run whole even if it fell behind and every event landed on one CPU
+BUFFER_KB = 16384
+DRAIN_S = 10.0  # how long the events left in the buffer may take to read after tracing stops
+# what the text of the blk tracer must look like for the parser: blk_classic's blkparse-like lines
+# ("  7,0    1   885.070042079 10889  Q  WS 0 + 8 [dd]"), short action names, process names recorded
+OPTIONS = {"blk_classic": "1", "verbose": "0", "record-cmd": "1"}
+_CLASSIC = re.compile(rb"^\s*(\d+),(\d+)\s+\d+\s+(\d+)\.(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s*(.*)$")
+_SECTORS = re.compile(rb"^(\d+) \+ (\d+) \[(.*)\]")
+_LOST = re.compile(rb"CPU:\d+ \[LOST (\d+) EVENTS\]")
+
+
+def blk_text_to_blkparse(text: bytes, major: int, minor: int) -> tuple[str, dict[str, int]]:
+    """The blk tracer's classic text (tracefs) as blkparse's output in BLKPARSE_FORMAT, for parse_blkparse:
+    the events of device ``major,minor``; a completion's bracket is its error, other events' the command
+    (the process name ftrace recorded for the pid). Also counts: lines skipped, events ftrace says it lost."""
+    out, skipped, lost = [], 0, 0
+    for line in text.splitlines():
+        m = _CLASSIC.match(line)
+        if m is None:
+            found = _LOST.search(line)
+            if found:
+                lost += int(found[1])
+            elif line.strip():
+                skipped += 1
+            continue
+        if int(m[1]) != major or int(m[2]) != minor:
+            continue
+        action, rwbs, rest = m[6].decode(), m[7].decode(), m[8]
+        if action == "m":  # a message, not an event
+            continue
+        s = _SECTORS.match(rest)
+        sector, sectors = (s[1].decode(), s[2].decode()) if s else ("0", "0")
+        bracket = (s[3] if s else rest[1:rest.find(b"]")] if rest.startswith(b"[") else b"").decode(errors="replace")
+        if action == "C":
+            error, command = (bracket if bracket.lstrip("-").isdigit() else "0"), ""
+        else:
+            error, command = "0", bracket
+        nsec = m[4].decode().ljust(9, "0")[:9]
+        out.append(f"{action} {rwbs} {sector} {sectors} {m[3].decode()} {nsec} {m[5].decode()} {error} {command}")
+    return "\n".join(out) + "\n", {"skipped_lines": skipped, "lost_lines": lost}
+
+
+def tracefs_mount() -> Path | None:
+    """Where tracefs is mounted (/sys/kernel/tracing first), or None."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        dash = fields.index("-")
+        if fields[dash + 1] == "tracefs":
+            found.append(Path(_unescape(fields[4])))
+    return TRACEFS if TRACEFS in found else (found[0] if found else None)
+
+
+def ftrace_busy(root: Path, device: str | None = None) -> str | None:
+    """Why ftrace is someone else's now (one line), or None: a tracer other than nop, events enabled, the
+    device traced already. Read only."""
+    tracer = (root / "current_tracer").read_text().strip()
+    if tracer != "nop":
+        return (f"ftrace is in use: current_tracer is {tracer!r}, not nop (someone else is tracing); "
+                "the tracefs tracer will not clobber it")
+    events = (root / "set_event").read_text().split()
+    if events:
+        return (f"ftrace is in use: {len(events)} trace events are enabled (set_event: {' '.join(events[:3])}...); "
+                "the tracefs tracer will not read them away")
+    if device is None:
+        return None
+    enable = Path("/sys/block") / Path(device).name / "trace" / "enable"
+    if not enable.exists():
+        return f"{enable} does not exist: this kernel has no block tracing (CONFIG_BLK_DEV_IO_TRACE)"
+    if enable.read_text().strip() != "0":
+        return f"{device} is traced already ({enable} is {enable.read_text().strip()}): blktrace or another run"
+    return None
+
+
+def _setting(text: str) -> str:
+    """The value to write back: the bracketed choice of "[local] global mono", the expanded size of
+    buffer_size_kb's "7 (expanded: 1408)" (using a tracer expands it: the closest to what it was)."""
+    bracket = re.search(r"\[([^\]]+)\]", text)
+    if bracket:
+        return bracket[1]
+    expanded = re.search(r"expanded: (\d+)", text)
+    return expanded[1] if expanded else text.strip()
+
+
+class Tracefs:
+    """The kernel's blk tracer on one device through tracefs (ftrace): the same block events blktrace records,
+    for kernels whose lockdown refuses blktrace its debugfs files. Ftrace is host-wide: every setting changed
+    (current_tracer, trace_clock, trace options, buffer_size_kb, tracing_on, the device's trace/enable) is
+    recorded in the runner's setup log before it is changed, restored after the timed run, and restored by
+    the reaper after a SIGKILL; tracefs mounted here is unmounted at ``close``. Refuses, changing nothing,
+    while someone else traces (current_tracer not nop, events enabled, the device traced)."""
+
+    def __init__(self, runner: DeviceRunner, directory: Path, name: str = "trace", buffer_kb: int = BUFFER_KB):
+        self.runner, self.directory, self.name, self.buffer_kb = runner, directory, name, buffer_kb
+        self.device = runner.target().device
+        self.root: Path | None = None
+        self._mount_entry: int | None = None
+        self.changed: dict[str, str] = {}  # setting: its value before (restored)
+        self.lost = 0  # events ftrace says it lost (overruns and drops, per CPU)
+        self.lost_by_cpu: dict[str, dict[str, int]] = {}
+        self.elapsed_s = 0.0
+        self.read_bytes = 0
+
+    def open(self) -> dict[str, Any]:
+        """tracefs mounted (here, recorded, if it is not) and ftrace free; else TraceUnavailable."""
+        log, shell = self.runner.log, self.runner.shell
+        root, done = tracefs_mount(), {}
+        if root is None:
+            self._mount_entry = log.record("mount", path=str(TRACEFS), device="tracefs")
+            result = shell.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=False, timeout=30)
+            if not result.ok:
+                log.done(self._mount_entry)
+                self._mount_entry = None
+                said = (result.tail().strip().splitlines() or ["?"])[0]
+                raise TraceUnavailable(f"mount -t tracefs nodev {TRACEFS} failed: {said} (a kernel without "
+                                       "CONFIG_FTRACE cannot trace through tracefs)")
+            root, done["tracefs_mounted"] = TRACEFS, str(TRACEFS)
+        self.root = root
+        if "blk" not in (root / "available_tracers").read_text().split():
+            raise TraceUnavailable(f"this kernel has no blk tracer ({root}/available_tracers: "
+                                   f"{(root / 'available_tracers').read_text().strip()}): CONFIG_BLK_DEV_IO_TRACE")
+        busy = ftrace_busy(root, self.device)
+        if busy:
+            raise TraceUnavailable(busy)
+        return done
+
+    def close(self) -> None:
+        """Unmount tracefs if it was mounted here."""
+        if self._mount_entry is None:
+            return
+        try:
+            unmount(self.runner.shell, str(TRACEFS))
+        except UndoFailed as e:  # kept in the setup log: the next start tries again
+            logger.warning("%s (the next start tries again)", e)
+            return
+        self.runner.log.done(self._mount_entry)
+        self._mount_entry = None
+
+    @contextmanager
+    def running(self) -> Iterator[Tracefs]:
+        assert self.root is not None, "open() first"
+        root, log, shell = self.root, self.runner.log, self.runner.shell
+        busy = ftrace_busy(root, self.device)  # again: someone may have started since open()
+        if busy:
+            raise TraceUnavailable(busy)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        enable = Path("/sys/block") / Path(self.device).name / "trace" / "enable"
+        backing = self.runner.target().backing_file
+        entries: list[tuple[int, Path, str]] = []  # restored last first
+
+        def change(path: Path, value: str, **fields: Any) -> None:
+            original = _setting(shell.read(path))
+            if original == value:
+                return
+            entry = log.record("sysfs", path=str(path), original=original, **fields)
+            entries.append((entry, path, original))
+            self.changed[str(path.relative_to(root) if path.is_relative_to(root) else path)] = original
+            shell.write(path, value)
+
+        started = time.monotonic()
+        reader: _PipeReader | None = None
+        try:
+            change(root / "tracing_on", "0")
+            change(root / "trace_clock", "mono")  # blktrace's clock; ftrace's local clock is per CPU
+            if int(_setting(shell.read(root / "buffer_size_kb"))) < self.buffer_kb:
+                change(root / "buffer_size_kb", str(self.buffer_kb))
+            change(root / "current_tracer", "blk")  # clears the buffer and its per-CPU counts
+            for option, value in OPTIONS.items():
+                change(root / "options" / option, value)
+            change(enable, "1", backing_file=backing)
+            reader = _PipeReader(root / "trace_pipe", self.directory / f"{self.name}.tracefs.txt")
+            shell.write(root / "tracing_on", "1")
+            yield self
+        finally:
+            self.elapsed_s = time.monotonic() - started
+            try:
+                if (root / "tracing_on").exists():
+                    shell.write(root / "tracing_on", "0")
+                if reader is not None:
+                    self.read_bytes = reader.drain(DRAIN_S)
+                    self._count_lost(root)
+            finally:
+                failed = []
+                for entry, path, original in reversed(entries):
+                    try:
+                        shell.write(path, original)
+                        log.done(entry)
+                    except OSError as e:  # kept in the setup log: the next start tries again
+                        failed.append(f"could not restore {path} = {original}: {e.strerror or e}")
+                for line in failed:
+                    logger.warning("%s (the next start tries again)", line)
+
+    def _count_lost(self, root: Path) -> None:
+        for stats in sorted(root.glob("per_cpu/cpu*/stats")):
+            text = stats.read_text()
+            counts = {key.replace(" ", "_"): int(n) for key, n in
+                      re.findall(r"^(overrun|commit overrun|dropped events): (\d+)", text, re.M)}
+            self.lost_by_cpu[stats.parent.name] = counts
+            self.lost += sum(counts.values())
+
+    def parse(self) -> TracedRun:
+        raw = (self.directory / f"{self.name}.tracefs.txt").read_bytes()
+        rdev = os.stat(self.device).st_rdev
+        started = time.monotonic()
+        text, counts = blk_text_to_blkparse(raw, os.major(rdev), os.minor(rdev))
+        self.lost = max(self.lost, counts["lost_lines"])
+        run = parse_blkparse(text, source=f"tracefs blk tracer of {self.device}")
+        run.source = "tracefs"
+        run.meta.update(counts, parse_s=round(time.monotonic() - started, 3))
+        return run
+
+
+class _PipeReader:
+    """A thread reading trace_pipe (without blocking) into a file while the run goes on, so that the buffer
+    holds only what the reader has not caught up with."""
+
+    def __init__(self, pipe: Path, out: Path):
+        self.fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+        self.out = open(out, "wb")
+        self.stopping, self.abort = threading.Event(), threading.Event()
+        self.bytes = 0
+        self.thread = threading.Thread(target=self._read, name="tracefs-reader", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        empty_after_stop = 0
+        while not self.abort.is_set():
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                chunk = b""
+            if chunk:
+                self.out.write(chunk)
+                self.bytes += len(chunk)
+                empty_after_stop = 0
+                continue
+            if self.stopping.is_set():
+                empty_after_stop += 1
+                if empty_after_stop >= 3:  # tracing is off and the buffer stayed empty: drained
+                    return
+            time.sleep(0.05)
+
+    def drain(self, timeout_s: float) -> int:
+        """After tracing stopped: read what is left, then close. Returns the bytes read."""
+        self.stopping.set()
+        self.thread.join(timeout_s)
+        if self.thread.is_alive():  # events kept coming after tracing stopped (another writer): stop reading
+            self.abort.set()
+            self.thread.join()
+        os.close(self.fd)
+        self.out.close()
+        return self.bytes
