@@ -22,9 +22,6 @@ class Page(BaseModel, Generic[T]):
 class Objective(BaseModel):
     metric: str
     direction: Literal["min", "max"]
-    spec: dict[str, Any] | None = Field(None, description=(
-        "An objective over several metrics: its kind (weighted, rank, pareto), metrics, directions, weights or "
-        "tolerance, and the reference (each metric's mean in the first succeeded trial)."))
 
 
 class CampaignCreate(BaseModel):
@@ -66,6 +63,7 @@ class ParetoSet(BaseModel):
 
     campaign: int
     objective: Objective
+    objective_spec: dict[str, Any]
     pareto: list[ParetoPoint]
     hypervolume: float | None
     reference_point: dict[str, float] | None = Field(description="The worst value of each metric measured.")
@@ -99,6 +97,9 @@ class CampaignPublic(BaseModel):
     algorithm: str
     algorithm_params: dict[str, Any]
     objective: Objective
+    objective_spec: dict[str, Any] | None = Field(None, description=(
+        "An objective over several metrics: its kind (weighted, rank, pareto), metrics, directions, weights or "
+        "tolerance, and the reference (each metric's mean in the first succeeded trial)."))
     budget: int
     seed: int
     repeats: int

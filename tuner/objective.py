@@ -194,8 +194,9 @@ class MultiObjective:
             return status, None, reason
         bad = [m for m in self.metrics if means[m] <= 0]
         if bad:
-            return (Status.FAILED, None, f"{bad[0]} = {means[bad[0]]:g}: a {self.kind} objective compares metrics "
-                    "by their ratio to the first succeeded trial's, so it needs values above 0")
+            reason = (f"{bad[0]} = {means[bad[0]]:g}: a {self.kind} objective compares metrics by their ratio to "
+                      "the first succeeded trial's, so it needs values above 0")
+            return Status.FAILED, None, reason
         if self.reference is None:
             self.reference = dict(means)
             if self.on_reference is not None:

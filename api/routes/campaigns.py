@@ -49,8 +49,9 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
         id=c.id, state=c.state, cancel_requested=c.cancel_requested, origin=c.origin, note=c.note,
         created_at=c.created_at, finished_at=c.finished_at, runner=c.runner, runner_settings=c.runner_settings,
         space=c.space_name, workload=c.workload_name, device=c.device, algorithm=c.algorithm,
-        algorithm_params=c.algorithm_params, objective=Objective(metric=c.objective_metric,  # type: ignore[arg-type]
-                                                                 direction=c.objective_direction, spec=c.objective),
+        algorithm_params=c.algorithm_params, objective=Objective(metric=c.objective_metric,
+                                                                 direction=c.objective_direction),  # type: ignore[arg-type]
+        objective_spec=c.objective,
         budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, parallel=c.batch_size,
         warm_start=c.warm_start, fixed=c.fixed, comparison=c.comparison_id,
         progress=Progress(evaluated=svc.history.evaluations(c.id, c.repeats), budget=c.budget,
@@ -237,8 +238,8 @@ def get_pareto(campaign_id: CampaignId, svc: ServiceDep) -> ParetoSet:
     if not c.objective or c.objective.get("kind") != "pareto":
         raise HTTPException(409, f"campaign {campaign_id} has no pareto objective")
     front = pareto_set(svc.history.trials(campaign_id, measurements=True), MultiObjective.from_spec(c.objective))
-    return ParetoSet(campaign=c.id, objective=Objective(metric=c.objective_metric, direction=c.objective_direction,  # type: ignore[arg-type]
-                                                        spec=c.objective), **front)
+    objective = Objective(metric=c.objective_metric, direction=c.objective_direction)  # type: ignore[arg-type]
+    return ParetoSet(campaign=c.id, objective=objective, objective_spec=c.objective, **front)
 
 
 @router.get("/{campaign_id}/convergence", response_model=Convergence, responses={404: {}})
