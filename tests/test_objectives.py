@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, shared
 
 from runners import Measurement, Status, make_runner
 from search_spaces import Config
 from tuner import Campaign, CampaignSpec, History
 from tuner.campaign import InvalidSpec
 from tuner.objective import MultiObjective, trial_means
-from tuner.pareto import hypervolume, non_dominated
+from tuner.pareto import hypervolume, non_dominated, pareto_set
 from tuner.registry import make_tuner
 
 
@@ -226,3 +226,38 @@ def test_the_cli_takes_an_objective_and_refuses_a_bad_one(tmp_path, grid_table, 
                       db=f"sqlite:///{tmp_path / 'none.sqlite'}")
     assert refused.returncode == 2 and refused.stderr.startswith("error: --objective names the metrics")
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "none.sqlite").exists()
+
+
+def test_the_api_takes_an_objective_and_serves_the_pareto_set(tmp_path):
+    from test_api import client_for, wait_for
+
+    table = shared("moot_configs/SS-A.csv")
+    url = f"sqlite:///{tmp_path / 'api.sqlite'}"
+    body = {"runner": "dataset", "runner_settings": {"dataset": str(table)}, "budget": 12, "seed": 2,
+            "objective": "pareto:Throughput,Latency"}
+    with client_for(url, tmp_path) as client:
+        created = client.post("/campaigns", json=body)
+        assert created.status_code == 201, created.text
+        c = created.json()
+        assert c["algorithm"] == "nsga2" and c["objective_spec"]["kind"] == "pareto"
+        assert c["objective"] == {"metric": "pareto:Throughput,Latency", "direction": "max"}
+        done = wait_for(client, f"/campaigns/{c['id']}", ("finished",))
+        assert done["progress"]["evaluated"] == 12 and done["objective_spec"]["reference"] is not None
+        front = client.get(f"/campaigns/{c['id']}/pareto").json()
+        history = History(url, migrate=False)
+        expected = pareto_set(history.trials(c["id"], measurements=True),
+                              MultiObjective.from_spec(history.campaign(c["id"]).objective))
+        assert front["pareto"] == expected["pareto"] and front["hypervolume"] == pytest.approx(expected["hypervolume"])
+        assert front["reference_point"] == expected["reference_point"] and front["pareto"]
+        for wrong, where, message in (
+            ({"objective": "pareto:Throughput,Colour"}, "objective", "unknown metric 'Colour'"),
+            ({"objective": "pareto:Throughput,Latency", "algorithm": "bo"}, "algorithm", "cannot search a Pareto set"),
+            ({"objective": "Throughput:1,Latency:1", "metric": "Latency"}, "objective", "without --metric"),
+        ):
+            refused = client.post("/campaigns", json={**body, **wrong})
+            assert refused.status_code == 422, refused.text
+            detail = refused.json()["detail"][0]
+            assert detail["loc"] == ["body", where] and message in detail["msg"]
+        single = client.post("/campaigns", json={**body, "objective": None, "runner_settings": {
+            "dataset": str(table), "metric": "Latency"}}).json()
+        assert client.get(f"/campaigns/{single['id']}/pareto").status_code == 409
