@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import optuna
+from optuna.trial import TrialState
 from pydantic import Field
 from pydantic.dataclasses import dataclass
-from optuna.trial import TrialState
 
 from bench.optuna_tpe import MAX_REPROPOSALS, OptunaTPE
 from search_spaces import Config
