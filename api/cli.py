@@ -46,8 +46,8 @@ from api.progress import CampaignProgress
 from runners import RUNNERS, Status, make_runner
 from runners.tables import TableWarning
 from search_spaces import Config, format_config, list_spaces, load_space
-from tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary, best_trial
-from tuner.analysis import held_out, table_rank
+from tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
+from tuner.analysis import campaign_best, held_out, table_rank
 from tuner.campaign import WARM_STARTS
 from tuner.schema import SchemaError, check_url, make_engine, upgrade_schema
 
@@ -143,7 +143,8 @@ def tune(
     replica_cost_us: Annotated[Optional[float], typer.Option(help="Admission runner: cost_us adds this per "
                                                                   "replica (default 0).")] = None,
     fix: Annotated[list[str], typer.Option(help="Pin a parameter of the space, name=value.")] = [],  # noqa: B006
-    algorithm: Annotated[str, typer.Option(help=f"Search algorithm: {', '.join(ALGORITHMS)}.")] = DEFAULT_ALGORITHM,
+    algorithm: Annotated[Optional[str], typer.Option(help=f"Search algorithm: {', '.join(ALGORITHMS)} (default: "
+                                                          f"{DEFAULT_ALGORITHM}; nsga2 for a pareto --objective).")] = None,
     param: Annotated[list[str], typer.Option(help="Algorithm hyperparameter, name=value.")] = [],  # noqa: B006
     budget: Annotated[int, typer.Option(help="Evaluations to spend.")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of the algorithm and of the measurement noise.")] = 0,
@@ -157,6 +158,10 @@ def tune(
     max_retries: MaxRetriesOpt = 2,
     metric: Annotated[Optional[str], typer.Option(help="Metric to optimise (default: the runner's first).")] = None,
     direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the metric).")] = None,
+    objective: Annotated[Optional[str], typer.Option(
+        help="Several metrics instead of --metric: weights 'ops_per_s:3,lat_p99_us:2' (each metric relative to "
+             "the first succeeded trial), priorities 'rank:ops_per_s,lat_p99_us;tol=0.05' (the next metric breaks "
+             "ties within 5%), or the Pareto set 'pareto:ops_per_s,lat_p99_us'.")] = None,
     resume: Annotated[Optional[int], typer.Option(help="Finish the budget of this campaign.")] = None,
     warm_start: Annotated[str, typer.Option(help=f"{', '.join(WARM_STARTS)}: 'same' learns from earlier trials "
                                                  "of the same space, workload and device; 'similar' also measures "
@@ -182,7 +187,7 @@ def tune(
                    engine=engine, runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
                    fileset_mib=fileset_mib, warmup_runs=warmup_runs, dirty_limit_mib=dirty_limit_mib,
                    trace=str(trace) if trace else None, replica_cost_us=replica_cost_us,
-                   metric=metric if runner == "dataset" else None)
+                   metric=_table_metric(metric, objective) if runner == "dataset" else None)
     spec = None
     if resume is None or dry_run:
         spec = CampaignSpec(
@@ -192,6 +197,7 @@ def tune(
             algorithm_params=pairs(param, "--param"),
             metric=metric,
             direction=direction,  # type: ignore[arg-type]
+            objective=objective,
             budget=budget,
             seed=seed,
             repeats=repeats,
@@ -230,6 +236,16 @@ def tune(
     finally:
         getattr(executor, "close", lambda: None)()
     _print_summary(summary, as_json, executor.describe(), db)
+
+
+def _table_metric(metric: str | None, objective: str | None) -> str | None:
+    """The table's objective column: --metric, or the first metric of --objective (a table with two
+    objectives loads with one of them named; the others are kept as metrics)."""
+    if metric is not None or objective is None:
+        return metric
+    from tuner.objective import objective_metrics
+
+    return next(iter(objective_metrics(objective)), None)
 
 
 def _shown_url(url: str) -> str:
@@ -341,9 +357,12 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
     history = open_history(db, migrate=False)
     record = history.campaign(campaign)
     rows = history.trials(campaign, measurements=True)
-    top = best_trial(rows, record.objective_direction, record.adaptive)
+    top = campaign_best(record, rows)
     if top is None:
         raise UserError(f"campaign {campaign} has no succeeded trial yet")
+    if record.objective:
+        _best_of_several(record, rows, top, as_json)
+        return
     result = {
         "campaign": campaign,
         "trial": top.number,
@@ -375,6 +394,39 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
         console.print(f"on the held-out test part: {record.objective_metric} = {result['test_value']:.6g}")
     for key, value in top.config.items():
         console.print(f"  {key} = {value}")
+
+
+def _best_of_several(record: Any, rows: list[Any], top: Any, as_json: bool) -> None:
+    """``best`` of a campaign with an objective over several metrics: the reported trial with each metric's
+    mean, and for a Pareto objective the Pareto set from the history and its hypervolume."""
+    from tuner.objective import MultiObjective, trial_means
+    from tuner.pareto import pareto_set
+
+    objective = MultiObjective.from_spec(record.objective)
+    result: dict[str, Any] = {
+        "campaign": record.id, "trial": top.number,
+        "evaluations_to_find": evaluations_to_find(rows, top, record.repeats), "value": top.value,
+        "objective": objective.to_dict(), "config": top.config, "values": trial_means(top, objective.metrics),
+    }
+    if objective.kind == "pareto":
+        result.update(pareto_set(rows, objective))
+    if as_json:
+        print(json.dumps(result))
+        return
+    shown = ", ".join(f"{m} = {v:.6g}" for m, v in (result["values"] or {}).items())
+    what = {"weighted": "best weighted score", "rank": "lexicographic best",
+            "pareto": "best equal-weight score"}[objective.kind]
+    console.print(f"campaign {record.id} ({objective.text}): {what} {top.value:.6g} at trial {top.number}: {shown}",
+                  highlight=False)
+    for key, value in top.config.items():
+        console.print(f"  {key} = {value}")
+    if objective.kind == "pareto":
+        reference = ", ".join(f"{m} = {v:.6g}" for m, v in result["reference_point"].items())
+        console.print(f"Pareto set: {len(result['pareto'])} trials, hypervolume {result['hypervolume']:.6g} "
+                      f"against the worst value of each metric measured ({reference})", highlight=False)
+        for p in result["pareto"]:
+            values = ", ".join(f"{m} = {v:.6g}" for m, v in p["values"].items())
+            console.print(f"  trial {p['trial']}: {values}   {format_config(Config(p['config']))}", highlight=False)
 
 
 @app.command()

@@ -76,6 +76,12 @@ def summary_table(summary: CampaignSummary) -> Table:
         ("best configuration", format_config(summary.best_config or {})),
         ("history", summary.database),
     ]
+    if summary.pareto is not None:
+        reference = ", ".join(f"{m} {v:.6g}" for m, v in (summary.reference_point or {}).items())
+        hv = "-" if summary.hypervolume is None else f"{summary.hypervolume:.6g}"
+        line = (f"{len(summary.pareto)} trials, hypervolume {hv} (reference: the worst measured, {reference}); "
+                "storetune best lists them")
+        rows.insert(7, ("Pareto set", line))
     if summary.warm_started is not None:
         rows.insert(5, ("warm start", f"{summary.warm_started} earlier trials of the same space, workload and device "
                                       "told first; not in the budget, nor in the best"))

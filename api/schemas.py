@@ -32,7 +32,8 @@ class CampaignCreate(BaseModel):
     runner: str = Field(description="dataset, command, device or admission (GET /runners).")
     runner_settings: dict[str, Any] = Field(default_factory=dict,
                                             description="The runner's settings (their schema: GET /runners).")
-    algorithm: str = Field(DEFAULT_ALGORITHM, description="GET /algorithms.")
+    algorithm: str | None = Field(None, description=f"GET /algorithms (default: {DEFAULT_ALGORITHM}; nsga2 for a pareto "
+                                                    "objective).")
     algorithm_params: dict[str, Any] = Field(default_factory=dict, description="Hyperparameters (GET /algorithms).")
     budget: int = Field(50, ge=1, le=1_000_000, description="Evaluations to spend.")
     seed: int = Field(0, ge=0, lt=2**63)
@@ -43,10 +44,31 @@ class CampaignCreate(BaseModel):
     parallel: int = Field(1, ge=1, le=256, description="Configurations measured at once, in worker processes.")
     metric: str | None = Field(None, description="The metric to optimise (default: the runner's first).")
     direction: Literal["min", "max"] | None = None
+    objective: str | None = Field(None, max_length=1000, description=(
+        "Several metrics instead of metric: weights \"ops_per_s:3,lat_p99_us:2\" (each metric relative to the first "
+        "succeeded trial), priorities \"rank:ops_per_s,lat_p99_us;tol=0.05\" (the next metric breaks ties within 5%), "
+        "or the Pareto set \"pareto:ops_per_s,lat_p99_us\" (GET /campaigns/{id}/pareto)."))
     warm_start: Literal["none", "same", "similar"] = Field("none", description=(
         "same: learn from earlier trials of the same space, workload and device; similar: that, and first measure "
         "the near-optimal configurations of the nearest fingerprinted workloads (GET /recommendations)."))
     fix: dict[str, Any] = Field(default_factory=dict, description="Parameters pinned to one value.")
+
+
+class ParetoPoint(BaseModel):
+    trial: int
+    config: dict[str, Any]
+    values: dict[str, float]
+
+
+class ParetoSet(BaseModel):
+    """A Pareto campaign's non-dominated trials, from the history, and their hypervolume."""
+
+    campaign: int
+    objective: Objective
+    objective_spec: dict[str, Any]
+    pareto: list[ParetoPoint]
+    hypervolume: float | None
+    reference_point: dict[str, float] | None = Field(description="The worst value of each metric measured.")
 
 
 class Progress(BaseModel):
@@ -77,6 +99,9 @@ class CampaignPublic(BaseModel):
     algorithm: str
     algorithm_params: dict[str, Any]
     objective: Objective
+    objective_spec: dict[str, Any] | None = Field(None, description=(
+        "An objective over several metrics: its kind (weighted, rank, pareto), metrics, directions, weights or "
+        "tolerance, and the reference (each metric's mean in the first succeeded trial)."))
     budget: int
     seed: int
     repeats: int

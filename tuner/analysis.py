@@ -64,10 +64,24 @@ class CampaignSummary:
     best_runs: int | None = None  # the runs behind best_value, the mean of the best configuration's measurements
     # --warm-start similar: the nearest known workloads, their distances, and the configurations measured first
     similar: dict[str, Any] | None = None
+    # a Pareto objective: the non-dominated trials [{trial, config, values}], their hypervolume and its reference
+    pareto: list[dict[str, Any]] | None = None
+    hypervolume: float | None = None
+    reference_point: dict[str, float] | None = None
 
     @classmethod
     def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:
-        best = best_trial(trials, record.objective_direction, record.adaptive)
+        best = campaign_best(record, trials)
+        front: dict[str, Any] = {}
+        objective: dict[str, Any] = {"metric": record.objective_metric, "direction": record.objective_direction}
+        if record.objective:
+            from tuner.objective import MultiObjective
+            from tuner.pareto import pareto_set
+
+            multi = MultiObjective.from_spec(record.objective)
+            objective.update(multi.spec())
+            if multi.kind == "pareto" and all(t.measurements is not None for t in trials):
+                front = pareto_set(trials, multi)
         return cls(
             campaign=record.id,
             algorithm=record.algorithm,
@@ -75,7 +89,7 @@ class CampaignSummary:
             trials_by_status=trials_by_status(trials),
             best_config=best.config if best else None,
             best_value=best.value if best else None,
-            objective={"metric": record.objective_metric, "direction": record.objective_direction},
+            objective=objective,
             budget=record.budget,
             evaluated=evaluations(trials, record.repeats),
             state=record.state,
@@ -86,10 +100,25 @@ class CampaignSummary:
             test_value=held_out(best, record.objective_metric),
             measurements=sum(t.runs for t in trials),
             best_runs=best.runs if best else None,
+            **front,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if out["pareto"] is None:  # only a Pareto campaign's summary has them
+            for key in ("pareto", "hypervolume", "reference_point"):
+                del out[key]
+        return out
+
+
+def campaign_best(record: CampaignView, trials: Sequence[TrialView]) -> TrialView | None:
+    """The trial a campaign reports as its best: ``best_trial`` by value, or, for an objective over several
+    metrics, the objective's own (a rank objective's lexicographic best, from the trials' measurements)."""
+    if not record.objective:
+        return best_trial(trials, record.objective_direction, record.adaptive)
+    from tuner.objective import MultiObjective
+
+    return MultiObjective.from_spec(record.objective).best_trial(trials, record.adaptive)
 
 
 def held_out(trial: TrialView | None, metric: str) -> float | None:

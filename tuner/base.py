@@ -34,6 +34,7 @@ class Observation:
     config: Config
     loss: float | None
     status: Status
+    vector: tuple[float, ...] | None = None  # a Pareto objective's losses, one per metric (multi-objective tuners)
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,19 @@ class Tuner(ABC):
         pending trials): never propose them, though their results are still to be told."""
         self._asked.update(self.space.validate(c) for c in configs)
 
-    def tell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED) -> None:
+    def tell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED,
+             vector: Sequence[float] | None = None) -> None:
         """Report a finished evaluation. A SUCCEEDED trial without a finite value counts as FAILED.
-        FAILED and INVALID configurations are remembered and never proposed again."""
-        observation = self._observation(config, value, status)
+        FAILED and INVALID configurations are remembered and never proposed again. ``vector`` holds a
+        Pareto objective's losses (one per metric); only multi-objective algorithms read it."""
+        observation = self._observation(config, value, status, vector)
         self.observations.append(observation)
         self._told[observation.config] = observation.status
         self._losses[observation.config] = observation.loss
         self._tell(observation)
 
-    def _observation(self, config: Config | Mapping[str, Any], value: float | None, status: Status) -> Observation:
+    def _observation(self, config: Config | Mapping[str, Any], value: float | None, status: Status,
+                     vector: Sequence[float] | None = None) -> Observation:
         """A finished evaluation as the algorithm sees it: validated, and a SUCCEEDED one without a finite
         value made FAILED, its value turned into a loss."""
         config = self.space.validate(config)
@@ -128,15 +132,19 @@ class Tuner(ABC):
             raise ValueError(f"tell() takes a finished evaluation, not {status.value}")
         if status is Status.SUCCEEDED and (value is None or not math.isfinite(value)):
             status = Status.FAILED
-        return Observation(config, to_loss(value, self.direction) if status is Status.SUCCEEDED else None, status)
+        if status is not Status.SUCCEEDED:
+            return Observation(config, None, status)
+        return Observation(config, to_loss(value, self.direction), status,
+                           None if vector is None else tuple(float(v) for v in vector))
 
-    def retell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED) -> None:
+    def retell(self, config: Config | Mapping[str, Any], value: float | None, status: Status = Status.SUCCEEDED,
+               vector: Sequence[float] | None = None) -> None:
         """Report a new result for a configuration told before (its mean after a re-measurement, with
         adaptive repeats): the observation is replaced, not added, and ``_retell`` lets a model update.
         A configuration never told is told."""
-        new = self._observation(config, value, status)
+        new = self._observation(config, value, status, vector)
         if new.config not in self._told:
-            self.tell(new.config, value, status)
+            self.tell(new.config, value, status, vector)
             return
         index = max(i for i, o in enumerate(self.observations) if o.config == new.config)
         old, self.observations[index] = self.observations[index], new

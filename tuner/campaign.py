@@ -22,10 +22,10 @@ from tuner.analysis import CampaignSummary, evaluations
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
 from tuner.intensify import check_max_repeats
-from tuner.loop import MemoryStore, TrialResult, run_loop, settle, trial_seed
+from tuner.loop import MemoryStore, TrialResult, _measurements, run_loop, settle, trial_seed
 from tuner.views import CampaignView, TrialView
-from tuner.objective import Objective
-from tuner.registry import make_tuner
+from tuner.objective import MultiObjective, Objective, campaign_objective, resolve_objective
+from tuner.registry import check_pareto_algorithm, default_algorithm, make_tuner
 
 WARM_STARTS = ("none", "same", "similar")
 SIMILAR_WORKLOADS = 3  # --warm-start similar: the nearest known workloads whose near-optimal configurations go first
@@ -46,10 +46,11 @@ class CampaignSpec:
 
     runner: str
     runner_settings: Mapping[str, Any]
-    algorithm: str = "random"
+    algorithm: str | None = "random"  # None: the default for the objective (nsga2 for a Pareto objective, else auto)
     algorithm_params: Mapping[str, Any] = field(default_factory=dict)
     metric: str | None = None
     direction: Direction | None = None
+    objective: str | None = None  # several metrics: "a:3,b:2", "rank:a,b;tol=0.05" or "pareto:a,b" (not with metric)
     budget: int = 50
     seed: int = 0
     repeats: int = 1
@@ -84,13 +85,15 @@ class Campaign:
         history: History,
         record: CampaignView,
         runner: Runner,
-        objective: Objective,
+        objective: Objective | MultiObjective,
         executor: Executor | None = None,
     ):
         self.history = history
         self.record = record
         self.runner = runner
         self.objective = objective
+        if isinstance(objective, MultiObjective):  # the reference of the scores, recorded once it is known
+            objective.on_reference = lambda spec: history.set_objective(record.id, spec)
         self.executor = executor or LocalExecutor()
         self.tuner = make_tuner(
             record.algorithm,
@@ -107,7 +110,7 @@ class Campaign:
     # --- creating and resuming ------------------------------------------------------------------------
     @classmethod
     def prepare(cls, spec: CampaignSpec, runner: Runner | None = None,
-                executor: Executor | None = None) -> tuple[Runner, Objective]:
+                executor: Executor | None = None) -> tuple[Runner, Objective | MultiObjective]:
         """The runner (with the pinned parameters) and objective of ``spec``, after every check a new
         campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
         unknown metric raise ValueError. Nothing is written."""
@@ -115,7 +118,14 @@ class Campaign:
                                                                               executor))
         runner.space = _checked("fix", lambda: runner.space.fix(spec.fixed))  # an unknown parameter or value
         _checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
-        objective = _checked("metric", lambda: Objective.resolve(runner.metrics(), spec.metric, spec.direction))
+        objective = _checked("objective" if spec.objective is not None else "metric", lambda: resolve_objective(
+            runner.metrics(), spec.metric, spec.direction, spec.objective))
+        algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
+        if getattr(objective, "kind", None) == "pareto":
+            _checked("algorithm", lambda: check_pareto_algorithm(algorithm))
+        if isinstance(objective, MultiObjective) and spec.warm_start != "none":
+            raise InvalidSpec("warm_start", f"--warm-start {spec.warm_start} needs a single --metric: the scores of an "
+                                            "--objective are relative to each campaign's first trial")
         if spec.warm_start not in WARM_STARTS:
             raise InvalidSpec("warm_start", f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
         for name, field, value in (("budget", "budget", spec.budget), ("repeats", "repeats", spec.repeats),
@@ -128,7 +138,7 @@ class Campaign:
             raise InvalidSpec("budget",
                               f"a budget of {spec.budget} is more than the {size} configurations of "
                               f"{runner.space.name}; use a budget of {size} or less")
-        _checked("algorithm_params", lambda: make_tuner(spec.algorithm, runner.space, seed=spec.seed,
+        _checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
                                                         direction=objective.direction, params=spec.algorithm_params))
         return runner, objective
 
@@ -137,6 +147,7 @@ class Campaign:
                executor: Executor | None = None, *, origin: str = "cli", state: str = "running") -> Campaign:
         """A new campaign, recorded once ``prepare`` found nothing wrong with it."""
         runner, objective = cls.prepare(spec, runner, executor)
+        algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
         features = record_fingerprint(history, runner)
         if spec.warm_start == "similar":
             _checked("warm_start", lambda: _similar(history, runner, objective.metric, features, spec.budget))
@@ -150,10 +161,11 @@ class Campaign:
             workload_fingerprint=runner.workload.fingerprint(),
             workload=runner.workload.to_dict(),
             device=getattr(runner, "device", runner.name),
-            algorithm=spec.algorithm,
+            algorithm=algorithm,
             algorithm_params=dict(spec.algorithm_params),
             objective_metric=objective.metric,
             objective_direction=objective.direction,
+            objective=objective.spec() if isinstance(objective, MultiObjective) else None,
             budget=spec.budget,
             seed=spec.seed,
             repeats=spec.repeats,
@@ -186,8 +198,7 @@ class Campaign:
             raise ValueError(f"campaign {campaign_id}: its workload {record.workload_name} changed since it started")
         if runner.space.fingerprint() != record.space_fingerprint:
             raise ValueError(f"campaign {campaign_id}: the search space {record.space_name} changed since it started")
-        objective = Objective(record.objective_metric, record.objective_direction)  # type: ignore[arg-type]
-        return cls(history, record, runner, objective, executor)
+        return cls(history, record, runner, campaign_objective(record), executor)
 
     # --- the loop -------------------------------------------------------------------------------------
     def run(self, on_trial: Callable[[TrialResult], None] | None = None) -> CampaignSummary:
@@ -206,12 +217,14 @@ class Campaign:
                                exclude=rec.workload_fingerprint)
             self.tuner.measure_first(similar["first"])
         adaptive = rec.adaptive
-        trials = history.trials(rec.id, measurements=adaptive)
+        pareto = getattr(self.objective, "kind", None) == "pareto"
+        trials = history.trials(rec.id, measurements=adaptive or pareto)
         if adaptive:
             trials = settle(trials, self.objective, history)
         for t in trials:  # what this campaign measured already (after a crash or an interrupt)
             if Status(t.status).terminal:
-                self.tuner.tell(Config(t.config), t.value, Status(t.status))
+                vector = self.objective.vector(_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
+                self.tuner.tell(Config(t.config), t.value, Status(t.status), vector)
         retried = {t.retry_of for t in trials if t.retry_of is not None}
         stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
         queue: list[TrialView] = [t for t in trials if t.status == Status.PENDING.value]
@@ -342,7 +355,7 @@ def dry_run(spec: CampaignSpec, runner: Runner, evaluations: int,
     with ``dry_run``: it prints its commands and touches nothing) and recorded nowhere. Returns how
     many evaluations were shown; the caller closes the runner."""
     runner, objective = Campaign.prepare(spec, runner)
-    tuner = make_tuner(spec.algorithm, runner.space, seed=spec.seed, direction=objective.direction,
+    tuner = make_tuner(spec.algorithm or default_algorithm(getattr(objective, "kind", None)), runner.space, seed=spec.seed, direction=objective.direction,
                        params=spec.algorithm_params)
     budget = min(evaluations, spec.budget)
     run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=objective, store=MemoryStore(),

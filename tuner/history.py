@@ -109,6 +109,10 @@ class History:
         with self.session() as s:
             return bool(s.scalar(select(CampaignRecord.cancel_requested).where(CampaignRecord.id == campaign_id)))
 
+    def set_objective(self, campaign_id: int, objective: dict[str, Any]) -> None:
+        """Record a campaign's objective over several metrics again, once its reference is known."""
+        self._update_campaign(campaign_id, objective=dict(objective))
+
     def extend_campaign(self, campaign_id: int, budget: int, algorithm_params: dict[str, Any]) -> None:
         """A larger budget (and the parameters that make the algorithm fill it): a finished grid
         campaign can grow when its sweep is extended. Trials already measured stay and count."""

@@ -18,7 +18,7 @@ from search_spaces.status import loss as to_loss
 from tuner.base import Tuner
 from tuner.executor import Executor, Job, LocalExecutor, repeat_seeds
 from tuner.intensify import Standing, incumbent, next_remeasure
-from tuner.objective import Objective
+from tuner.objective import MultiObjective, Objective
 from tuner.views import MeasurementView, TrialStore, TrialView
 
 
@@ -59,7 +59,7 @@ def run_loop(
     campaign_id: int,
     tuner: Tuner,
     runner: Runner,
-    objective: Objective,
+    objective: Objective | MultiObjective,
     store: TrialStore,
     budget: int,
     repeats: int,
@@ -145,11 +145,12 @@ def run_loop(
             measurements = races.add(trial, measurements)
         status, value, reason = objective.outcome(measurements)
         store.finish_trial(job.trial_id, status, value, reason)
+        vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
         started = time.perf_counter()
         if job.first_repeat:
-            tuner.retell(job.config, value, status)
+            tuner.retell(job.config, value, status, vector)
         else:
-            tuner.tell(job.config, value, status)
+            tuner.tell(job.config, value, status, vector)
         if races is not None:
             races.finish(trial.id, value if status is Status.SUCCEEDED else None)
         outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
@@ -175,7 +176,7 @@ def _measurements(t: TrialView) -> list[Measurement]:
     return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s) for m in t.measurements or ()]
 
 
-def settle(trials: Sequence[TrialView], objective: Objective, store: TrialStore) -> list[TrialView]:
+def settle(trials: Sequence[TrialView], objective: Objective | MultiObjective, store: TrialStore) -> list[TrialView]:
     """Each finished trial's status and value recomputed from all its measurements (read with them), and
     recorded where they differ: a driver that died between an adaptive re-measurement and the new mean
     left the old one. A resumed campaign settles its trials before it tells the algorithm anything."""
@@ -194,7 +195,7 @@ class _Races:
     """The loop's side of adaptive repeats: every finished trial's measurements and standing, and the
     intensifier's choice of what to measure again. ``finished`` are settled already (``settle``)."""
 
-    def __init__(self, objective: Objective, max_repeats: int, finished: Sequence[TrialView]):
+    def __init__(self, objective: Objective | MultiObjective, max_repeats: int, finished: Sequence[TrialView]):
         self.objective, self.max_repeats = objective, max_repeats
         self._trials: dict[int, TrialView] = {}
         self._measurements: dict[int, list[Measurement]] = {}

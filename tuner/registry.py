@@ -23,6 +23,7 @@ ALGORITHMS: dict[str, str] = {
     "dqn": "tuner.dqn:DeepQNetwork",
     "auto": "tuner.portfolio:Portfolio",  # a bandit over bo, ga and sa
     "grid": "tuner.grid:GridSearch",  # a fixed stratified sample, for sweeps
+    "nsga2": "tuner.nsga2:NSGA2",  # multi-objective: the Pareto set of a pareto objective
 }
 
 
@@ -31,6 +32,23 @@ SEARCH_ALGORITHMS = ("random", "sa", "ga", "bo", "dqn", "auto")
 
 # What `tune` (and the service) searches with when no algorithm is named.
 DEFAULT_ALGORITHM = "auto"  # bench/compare_algorithms.py: the best or near the best on every table
+
+# What can search a Pareto objective: a multi-objective algorithm, and random search (which needs no
+# loss). The others learn from one scalar per trial; a scalarisation that changes per ask (ParEGO) does
+# not fit their tell-once model, so they are refused rather than fed a fixed compromise.
+PARETO_ALGORITHMS = ("nsga2", "random")
+DEFAULT_PARETO_ALGORITHM = "nsga2"
+
+
+def default_algorithm(objective_kind: str | None = None) -> str:
+    """What a campaign searches with when no algorithm is named: nsga2 for a Pareto objective."""
+    return DEFAULT_PARETO_ALGORITHM if objective_kind == "pareto" else DEFAULT_ALGORITHM
+
+
+def check_pareto_algorithm(name: str) -> None:
+    if name not in PARETO_ALGORITHMS:
+        raise ValueError(f"{name} searches for one value and cannot search a Pareto set: use "
+                         f"{' or '.join(PARETO_ALGORITHMS)} (or a weighted or rank --objective)")
 
 
 def register(name: str, target: str) -> None:

@@ -12,15 +12,17 @@ from pydantic import ValidationError
 
 from api.deps import Auth, CampaignId, PagingDep, ServiceDep, TrialNumber
 from api.schemas import (
-    Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, Progress, TrialDetail, TrialPublic,
+    Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, ParetoSet, Progress, TrialDetail,
+    TrialPublic,
 )
 from api.service import Refused, apply_policy, check_stored
 from runners import RUNNERS, Status, make_runner, runner_class, settings_model
 from tuner import Campaign, CampaignSpec
-from tuner.analysis import best_trial, campaign_convergence, held_out, near_optimal_trials
+from tuner.analysis import best_trial, campaign_best, campaign_convergence, held_out, near_optimal_trials
 from tuner.base import HyperparameterError, parse_params
 from tuner.campaign import InvalidSpec, driver_alive
-from tuner.registry import algorithm_class, algorithm_target
+from tuner.objective import MultiObjective, objective_kind, objective_metrics
+from tuner.registry import algorithm_class, algorithm_target, default_algorithm
 from tuner.views import CampaignView, TrialView
 
 router = APIRouter(prefix="/campaigns", tags=["campaigns"])
@@ -39,13 +41,17 @@ def links(campaign_id: int) -> dict[str, str]:
 def public(svc: Any, c: CampaignView) -> CampaignPublic:
     counts = svc.history.status_counts(c.id)
     ordered = {s.value: counts[s.value] for s in Status if counts.get(s.value)}
-    best = svc.history.best_trial(c.id, c.objective_direction, c.adaptive)
+    if c.objective:  # several metrics: the objective's own best (a rank objective's reads measurements)
+        best = campaign_best(c, svc.history.trials(c.id, measurements=True))
+    else:
+        best = svc.history.best_trial(c.id, c.objective_direction, c.adaptive)
     return CampaignPublic(
         id=c.id, state=c.state, cancel_requested=c.cancel_requested, origin=c.origin, note=c.note,
         created_at=c.created_at, finished_at=c.finished_at, runner=c.runner, runner_settings=c.runner_settings,
         space=c.space_name, workload=c.workload_name, device=c.device, algorithm=c.algorithm,
         algorithm_params=c.algorithm_params, objective=Objective(metric=c.objective_metric,
                                                                  direction=c.objective_direction),  # type: ignore[arg-type]
+        objective_spec=c.objective,
         budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, parallel=c.batch_size,
         warm_start=c.warm_start, fixed=c.fixed, comparison=c.comparison_id,
         progress=Progress(evaluated=svc.history.evaluations(c.id, c.repeats), budget=c.budget,
@@ -83,16 +89,20 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
     if body.runner not in RUNNERS:
         raise Refused(("body", "runner"), f"unknown runner {body.runner!r}; known: {', '.join(RUNNERS)}")
     values = apply_policy(svc.settings, body.runner, body.runner_settings)
+    if body.objective is not None and body.runner == "dataset" and not values.get("metric"):
+        # a table with two objectives loads with one named; the others are kept as metrics
+        values = {**values, "metric": next(iter(objective_metrics(body.objective)), None)}
     settings = parse_settings_or_refuse(body.runner, values)
+    algorithm = body.algorithm or default_algorithm(objective_kind(body.objective))
     try:
-        algorithm_target(body.algorithm)
+        algorithm_target(algorithm)
     except ValueError as e:
         raise Refused(("body", "algorithm"), str(e)) from None
     if body.parallel > svc.settings.max_parallel:
         raise Refused(("body", "parallel"), f"this server measures at most {svc.settings.max_parallel} configurations "
                                             "of a campaign at once (STORETUNE_MAX_PARALLEL)")
     try:
-        parse_params(body.algorithm, algorithm_class(body.algorithm).Params, body.algorithm_params)
+        parse_params(algorithm, algorithm_class(algorithm).Params, body.algorithm_params)
     except HyperparameterError as e:
         raise Refused(("body", "algorithm_params", e.name), str(e)) from None
     options = {"dry_run": True, "echo": lambda _line: None} if "dry_run" in inspect.signature(
@@ -103,8 +113,9 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
         message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
         where = ("space",) if "search space" in message and "space" in settings_model(body.runner).model_fields else ()
         raise Refused(("body", "runner_settings", *where), message) from None
-    spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=body.algorithm,
+    spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=algorithm,
                         algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
+                        objective=body.objective,
                         budget=body.budget, seed=body.seed, repeats=body.repeats, max_repeats=body.max_repeats,
                         batch_size=body.parallel, warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
     try:
@@ -215,6 +226,20 @@ def near_optimal(campaign_id: CampaignId, svc: ServiceDep,
     return NearOptimal(within=within, best_value=None if best is None else best.value,
                        objective=Objective(metric=c.objective_metric, direction=c.objective_direction),  # type: ignore[arg-type]
                        items=trials_public(svc, near), total=len(near))
+
+
+@router.get("/{campaign_id}/pareto", response_model=ParetoSet, responses={404: {}, 409: {}})
+def get_pareto(campaign_id: CampaignId, svc: ServiceDep) -> ParetoSet:
+    """A Pareto campaign's non-dominated trials so far, computed from every metric the history keeps, and
+    their hypervolume against the worst value of each metric measured (the reference point returned)."""
+    from tuner.pareto import pareto_set
+
+    c = _campaign(svc, campaign_id)
+    if not c.objective or c.objective.get("kind") != "pareto":
+        raise HTTPException(409, f"campaign {campaign_id} has no pareto objective")
+    front = pareto_set(svc.history.trials(campaign_id, measurements=True), MultiObjective.from_spec(c.objective))
+    objective = Objective(metric=c.objective_metric, direction=c.objective_direction)  # type: ignore[arg-type]
+    return ParetoSet(campaign=c.id, objective=objective, objective_spec=c.objective, **front)
 
 
 @router.get("/{campaign_id}/convergence", response_model=Convergence, responses={404: {}})

@@ -1,0 +1,77 @@
+"""Optuna's NSGA-II sampler behind StoreTune's ask/tell, the peer of bench/pareto.py.
+
+Installed only for the benchmarks (`pip install -e '.[bench]'`). Fair to it as bench/optuna_tpe.py is
+to TPE: a proposal absent from a table is replaced by the nearest valid configuration (and learnt as
+a failure under its own parameters), and a proposal already measured is answered from what was
+measured and asked again, so that it never spends an evaluation twice. It is told the Pareto
+objective's vector of losses (``Observation.vector``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import optuna
+from optuna.trial import TrialState
+from pydantic import Field
+from pydantic.dataclasses import dataclass
+
+from bench.optuna_tpe import MAX_REPROPOSALS, OptunaTPE
+from search_spaces import Config
+from tuner.base import Observation
+
+
+@dataclass(frozen=True)
+class Params:
+    population_size: Annotated[int, Field(ge=2)] = 50  # Optuna's default
+
+
+class OptunaNSGA2(OptunaTPE):
+    name = "optuna-nsga2"
+    Params = Params  # type: ignore[assignment]
+    multi_objective = True
+
+    def __init__(self, space: Any, **kwargs: Any):
+        super().__init__(space, **kwargs)
+        self._studies: dict[int, Any] = {}
+        self._study = None  # created at the first ask, once the number of objectives is known
+        self._vectors: dict[Config, tuple[float, ...]] = {}
+
+    def _make_study(self, objectives: int) -> Any:
+        return optuna.create_study(directions=["minimize"] * objectives,
+                                   sampler=optuna.samplers.NSGAIISampler(
+                                       population_size=self.params.population_size, seed=self.seed))
+
+    def _ask(self, n: int) -> list[Config]:
+        if self._study is None:
+            width = len(next(iter(self._vectors.values()), (0.0, 0.0)))
+            self._study = self._make_study(width)
+        out: list[Config] = []
+        for _ in range(n * MAX_REPROPOSALS):
+            if len(out) == n:
+                break
+            trial = self._study.ask(self._distributions)
+            config = self.space.repair(trial.params)
+            if config is not None and config not in out and not self.known(config):
+                if config.to_dict() == {k: trial.params[k] for k in config}:
+                    self._asked_trials[config] = trial
+                else:
+                    self._study.tell(trial, state=TrialState.FAIL)
+                out.append(config)
+                continue
+            vector = self._vectors.get(config) if config is not None else None
+            if vector is not None:
+                self._study.tell(trial, list(vector))
+            else:
+                self._study.tell(trial, state=TrialState.FAIL)
+        return out + self.fresh(n - len(out), out)
+
+    def _tell(self, observation: Observation) -> None:
+        if observation.vector is not None:
+            self._vectors[observation.config] = observation.vector
+        trial = self._asked_trials.pop(observation.config, None)
+        if trial is not None:
+            if observation.vector is None:
+                self._study.tell(trial, state=TrialState.FAIL)
+            else:
+                self._study.tell(trial, list(observation.vector))
