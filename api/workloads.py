@@ -58,6 +58,8 @@ def _of_device(options: dict[str, Any], seconds: float, tracer: str,
         run = traced_run(settings, runtime_s=seconds, fallback=fallback, tracer=tracer)
     except RuntimeError as e:  # the traced run failed (a full device, a refused mkfs): its reason, one line
         raise UserError(str(e)) from None
+    if run.meta.get("warning"):
+        err.print(f"[yellow]warning:[/] {run.meta['warning']}; a shorter --seconds loses less", highlight=False)
     found = {"source": run.source, "ios": len(run.trace), "features": features(run.trace), "meta": dict(run.meta)}
     return workload, found, run.trace
 

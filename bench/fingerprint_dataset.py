@@ -61,6 +61,8 @@ def main() -> None:
             "meta": {**{k: run.meta[k] for k in keep if k in run.meta}, "job_version": version,
                      "wall_s": round(time.monotonic() - start, 1)},
         }
+        if run.meta.get("warning"):
+            print(f"warning: {workload}: {run.meta['warning']}")
         print(f"{workload}: {len(run.trace)} I/Os ({run.source}), {time.monotonic() - start:.1f} s, "
               f"lost {run.meta.get('dropped_events')}")
     out["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -15,6 +15,7 @@ import pytest
 from runners.device import blktrace
 from runners.device.blktrace import BLKPARSE_FORMAT, TraceUnavailable, parse_blkparse, traced_run
 from runners.settings import DeviceSettings
+from test_device import _read, _read_bytes
 
 FIXTURE = Path(__file__).parent / "data" / "blktrace" / "varmail-ext4.txt"  # make_fixture.sh beside it
 
@@ -108,20 +109,6 @@ def nothing_left(loop_dir: Path) -> None:
                  and here.encode() in _read_bytes(p / "cmdline")]
     assert (loops, mounts, blktraces) == ([], [], [])
     assert list(loop_dir.rglob("*")) == [] and list(Path(os.environ["STORETUNE_STATE_DIR"]).iterdir()) == []
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
 
 
 def check_trace(run, device_bytes: int) -> None:
@@ -334,4 +321,36 @@ def test_a_traced_run_killed_mid_trace_is_reaped_by_the_next_start(loop_dir, tmp
     reap_and_say(Shell())  # what the next start does
     assert read_ftrace() == before and tracefs_mounts() == mounts_before
     assert _read(enabled / "trace" / "enable") in ("", "0")  # put back, or the device is gone
+    nothing_left(loop_dir)
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_storetune_fingerprint_of_a_device_workload_is_recorded_under_its_campaigns_key(loop_dir, tracefs_root,
+                                                                                       tmp_path):
+    """`storetune fingerprint --workload varmail --device loop --tracer tracefs`: the features of a short
+    traced run, recorded under the key a `tune --runner device --workload varmail` campaign of the same
+    options has, so that recommend and --warm-start similar find it."""
+    import json
+
+    from conftest import run_cli
+    from runners import make_runner
+    from tuner import History
+
+    if ftrace_state(tracefs_root)["current_tracer"] != "nop":
+        pytest.skip("ftrace is in use on this host")
+    db = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    options = ["--workload", "varmail", "--device", "loop", "--loop-dir", str(loop_dir), "--loop-size-mib", "512",
+               "--fileset-mib", "32", "--runtime", "7"]
+    proc = run_cli("fingerprint", *options, "--tracer", "tracefs", "--seconds", "2", "--json", "--db", db,
+                   env={"STORETUNE_STATE_DIR": os.environ["STORETUNE_STATE_DIR"]})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["source"] == "tracefs" and out["ios"] > 100 and out["meta"]["runtime_s"] == 2
+    assert 0 <= out["features"]["read_ratio"] < 0.5 and out["features"]["concurrency"] > 0
+    key = make_runner("device", workload="varmail", loop_dir=str(loop_dir), loop_size_mib=512, fileset_mib=32,
+                      runtime_s=7, dry_run=True, echo=lambda _line: None).workload.fingerprint()
+    assert out["workload_fingerprint"] == key and key in History(db, migrate=False).fingerprints()
     nothing_left(loop_dir)

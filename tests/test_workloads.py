@@ -18,6 +18,7 @@ from runners.traces import Trace, read_trace
 from search_spaces.status import within_of_best
 from tuner import Campaign, CampaignSpec, History
 from tuner.campaign import InvalidSpec
+from tuner.registry import SEARCH_ALGORITHMS
 from tuner.workloads import NoHistory, recommend
 
 
@@ -138,14 +139,15 @@ def test_recommend_ranks_known_workloads_by_distance_with_their_near_optimal_con
     assert found.transfer["checked"] == 2 and found.transfer["near_optimal"] == 0
 
 
-def test_warm_start_similar_measures_the_nearest_workloads_best_first(tmp_path, sqlite_url):
+@pytest.mark.parametrize("algorithm", SEARCH_ALGORITHMS)
+def test_warm_start_similar_measures_the_nearest_workloads_best_first(tmp_path, sqlite_url, algorithm):
     table = workload_table(tmp_path / "ds")
     history = History(sqlite_url)
     with pytest.raises(InvalidSpec, match="no fingerprinted workload"):
         campaign(history, table, "reader2", warm_start="similar")
     for name in ("reader", "writer"):
         campaign(history, table, name).run()
-    summary = campaign(history, table, "reader2", warm_start="similar", algorithm="bo", budget=6, seed=3).run()
+    summary = campaign(history, table, "reader2", warm_start="similar", algorithm=algorithm, budget=6, seed=3).run()
     trials = history.trials(summary.campaign)
     assert trials[0].config == {"fs": "a", "depth": 4}  # reader's best, the nearest workload's
     assert summary.similar["neighbours"][0]["workload"] == "reader"
