@@ -17,7 +17,9 @@ import numpy as np
 
 from runners import Status
 from search_spaces.status import best_of, loss, within_of_best
-from tuner.analysis import campaign_convergence, convergence, evaluations, held_out, near_optimal_trials
+from tuner.analysis import (
+    campaign_best, campaign_convergence, convergence, evaluations, held_out, near_optimal_trials,
+)
 from tuner.history import History
 
 PARALLEL_LINES = 1000  # lines of the parallel-coordinates plot at most: beyond, a seeded sample
@@ -36,6 +38,8 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     finished = [t for t in trials if Status(t.status).terminal]
     scored = [t for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
     best = history.best_trial(campaign_id, direction, record.adaptive)
+    if (record.objective or {}).get("kind") == "rank":  # the lexicographic best, read from the measurements
+        best = campaign_best(record, history.trials(campaign_id, measurements=True))
     curve = campaign_convergence(history, record)
     values = [t.value for t in scored]
     out: dict[str, Any] = {
