@@ -279,3 +279,17 @@ def test_the_api_takes_an_objective_and_serves_the_pareto_set(tmp_path):
         single = client.post("/campaigns", json={**body, "objective": None, "runner_settings": {
             "dataset": str(table), "metric": "Latency"}}).json()
         assert client.get(f"/campaigns/{single['id']}/pareto").status_code == 409
+
+
+@pytest.mark.parametrize("text, words", [
+    ("Throughput:-1,Latency:1", "must be a positive number, not -1"),
+    ("pareto:Throughput", "needs two or three metrics"),
+    ("foo:Throughput", "unknown form"),
+])
+def test_a_malformed_objective_on_a_two_objective_table_says_what_is_wrong(tmp_path, sqlite_url, text, words):
+    """A table with two objectives loads with one of them named by --objective: a text that does not parse
+    must say so, not that the table needs --metric (which --objective refuses)."""
+    table = write_table(tmp_path / "two.csv", [(0, 0, 90, 5), (0, 1, 100, 50), (1, 0, 97, 10), (1, 1, 80, 1)])
+    proc = run_cli("tune", "--dataset", str(table), "--objective", text, db=sqlite_url)
+    assert proc.returncode == 2 and words in proc.stderr and "--metric" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

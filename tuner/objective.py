@@ -340,12 +340,10 @@ def objective_kind(text: str | None) -> str | None:
 
 
 def objective_metrics(text: str) -> list[str]:
-    """The metric names of an ``--objective`` text, before it is checked (a two-objective table needs one
-    named to load); [] if it does not parse."""
-    try:
-        return _parse_objective(text.strip())[1]
-    except ValueError:
-        return []
+    """The metric names of an ``--objective`` text, before they are checked against a runner (a
+    two-objective table needs one named to load). A text that does not parse raises its ValueError here,
+    so that its own words, not the table's, say what is wrong."""
+    return _parse_objective(text.strip())[1]
 
 
 def campaign_objective(record: Any) -> Objective | MultiObjective:

@@ -121,7 +121,7 @@ def recommend(history: History, features: Mapping[str, Any], space: SearchSpace 
         where = f" on the parameters of {space.name}" if space is not None else ""
         raise NoHistory(f"the history at {history.url} has no fingerprinted workload with measured configurations"
                         f"{where}: measure some first (storetune sweep on a device, or storetune tune on a dataset "
-                        "whose workloads are fingerprinted, e.g. --dataset datasets/loop-storage-v2), and fingerprint "
+                        "whose workloads are fingerprinted, e.g. --dataset datasets/loop-storage-v3), and fingerprint "
                         "their workloads (storetune fingerprint ... --db)")
     rows = np.array([vector(w.features) for w in known])
     query = vector(features)

@@ -91,7 +91,10 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
     values = apply_policy(svc.settings, body.runner, body.runner_settings)
     if body.objective is not None and body.runner == "dataset" and not values.get("metric"):
         # a table with two objectives loads with one named; the others are kept as metrics
-        values = {**values, "metric": next(iter(objective_metrics(body.objective)), None)}
+        try:
+            values = {**values, "metric": next(iter(objective_metrics(body.objective)), None)}
+        except ValueError as e:
+            raise Refused(("body", "objective"), str(e)) from None
     settings = parse_settings_or_refuse(body.runner, values)
     algorithm = body.algorithm or default_algorithm(objective_kind(body.objective))
     try:

@@ -58,8 +58,8 @@ FIELDS = 9
 READY_S = 5.0  # how long blktrace may take to open its per-CPU buffers
 STOP_S = 15.0  # how long blktrace may take to drain its buffers after SIGINT
 INSTALL = "apt-get install blktrace (make setup-devices does)"
-ALTERNATIVES = ('tracer="tracefs" (--tracer tracefs) records the same kernel events through ftrace\'s blk tracer; '
-                "or fallback=True (fio's own log, the workload's file offsets only)")
+ALTERNATIVES = ("--tracer tracefs (tracer=\"tracefs\") records the same kernel events through ftrace's blk tracer; "
+                "or --fallback (fallback=True): fio's own log, the workload's file offsets only")
 
 
 class TraceUnavailable(DeviceError):
