@@ -40,28 +40,35 @@ FallbackOpt = Annotated[bool, typer.Option("--fallback", help="Device: if the tr
                                                               "fio's own per-I/O log (file offsets, not blocks).")]
 
 
-def _of_device(options: dict[str, Any], seconds: float, tracer: str,
-               fallback: bool) -> tuple[Workload, dict[str, Any], Any]:
+def device_fingerprint(settings: Any, seconds: float, tracer: str,
+                       fallback: bool) -> tuple[Workload, dict[str, Any], Any]:
     """A short traced run of a device workload (``runners.device.blktrace``), keyed by the workload as a
-    campaign of these options runs it (its runtime, fileset, engine), so that campaigns find it."""
+    campaign of these settings runs it (its runtime, fileset, engine), so that campaigns find it. The CLI's
+    and the service's; a refusal or a failed run is a ValueError of one line."""
     from runners import make_runner
     from runners.device.blktrace import traced_run
     from runners.fingerprint import features
 
-    settings = runner_settings("device", options)
     workload = make_runner("device", settings, dry_run=True, echo=lambda _line: None).workload
     if seconds <= 0:
-        raise UserError(f"--seconds must be above 0, not {seconds}")
-    err.print(f"tracing {settings.workload} ({settings.engine}) for {seconds:g} s on {settings.device} with {tracer}",
-              highlight=False)
+        raise ValueError(f"the traced run's seconds must be above 0, not {seconds}")
     try:
         run = traced_run(settings, runtime_s=seconds, fallback=fallback, tracer=tracer)
     except RuntimeError as e:  # the traced run failed (a full device, a refused mkfs): its reason, one line
-        raise UserError(str(e)) from None
-    if run.meta.get("warning"):
-        err.print(f"[yellow]warning:[/] {run.meta['warning']}; a shorter --seconds loses less", highlight=False)
+        raise ValueError(str(e)) from None
     found = {"source": run.source, "ios": len(run.trace), "features": features(run.trace), "meta": dict(run.meta)}
     return workload, found, run.trace
+
+
+def _of_device(options: dict[str, Any], seconds: float, tracer: str,
+               fallback: bool) -> tuple[Workload, dict[str, Any], Any]:
+    settings = runner_settings("device", options)
+    err.print(f"tracing {settings.workload} ({settings.engine}) for {seconds:g} s on {settings.device} with {tracer}",
+              highlight=False)
+    workload, found, trace = device_fingerprint(settings, seconds, tracer, fallback)
+    if found["meta"].get("warning"):
+        err.print(f"[yellow]warning:[/] {found['meta']['warning']}; a shorter --seconds loses less", highlight=False)
+    return workload, found, trace
 
 
 def fingerprint(

@@ -354,3 +354,39 @@ def test_storetune_fingerprint_of_a_device_workload_is_recorded_under_its_campai
                       runtime_s=7, dry_run=True, echo=lambda _line: None).workload.fingerprint()
     assert out["workload_fingerprint"] == key and key in History(db, migrate=False).fingerprints()
     nothing_left(loop_dir)
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_post_fingerprints_traces_a_device_workload_under_the_servers_policy(loop_dir, tracefs_root, tmp_path):
+    """POST /fingerprints with a workload: a traced run on a loop device in the server's loop directory,
+    recorded under the campaigns' key; the client may not pick the directory or an unlisted disk."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.service import ServiceSettings
+    from runners import make_runner
+
+    if ftrace_state(tracefs_root)["current_tracer"] != "nop":
+        pytest.skip("ftrace is in use on this host")
+    settings = {"loop_size_mib": 512, "fileset_mib": 32, "runtime_s": 7}
+    app = create_app(ServiceSettings(database_url=f"sqlite:///{tmp_path / 'h.sqlite'}", data_dirs=str(tmp_path)))
+    with TestClient(app) as client:
+        assert client.post("/fingerprints", json={}).status_code == 422  # neither a trace nor a workload
+        stray = client.post("/fingerprints", json={"workload": "varmail", "runner_settings": {"loop_dir": "/tmp"}})
+        assert stray.status_code == 422 and "server's to set" in stray.text
+        disk = client.post("/fingerprints", json={"workload": "varmail", "runner_settings": {"device": "/dev/sda"}})
+        assert disk.status_code == 403 and "allow list" in disk.text
+        done = client.post("/fingerprints", json={"workload": "varmail", "runner_settings": settings,
+                                                  "tracer": "tracefs", "seconds": 2})
+        assert done.status_code == 201, done.text
+        body = done.json()
+        key = make_runner("device", workload="varmail", **settings, dry_run=True,
+                          echo=lambda _line: None).workload.fingerprint()
+        assert body["source"] == "tracefs" and body["ios"] > 100 and body["workload_fingerprint"] == key
+        assert client.get("/fingerprints").json()[0]["workload_fingerprint"] == key
+    pid = os.getpid()  # what this test's runner made in the server's loop directory, and only that
+    ours = [p for p in Path("/var/tmp/storetune").glob(f"*{pid}*")] if Path("/var/tmp/storetune").exists() else []
+    assert ours == [] and list(Path(os.environ["STORETUNE_STATE_DIR"]).iterdir()) == []

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 
 from api.deps import Auth, ServiceDep
-from api.service import Refused, allowed_path
+from api.service import Refused, allowed_path, apply_policy
 
 router = APIRouter(tags=["workloads"])
 
@@ -17,8 +17,18 @@ Format = Literal["msr", "msr-csv", "flashnet"]
 
 
 class FingerprintCreate(BaseModel):
-    trace: str = Field(description="A trace inside the service's data directories (MSR, MSR CSV or FlashNet).")
+    trace: Optional[str] = Field(None, description="A trace inside the service's data directories (MSR, MSR CSV or "
+                                                   "FlashNet); or a device workload:")
     format: Optional[Format] = Field(None, description="The trace's format (default: detected).")
+    workload: Optional[str] = Field(None, description="A device runner workload (fileserver, varmail, ...) to trace "
+                                                      "for a few seconds on a loop or allow-listed device.")
+    runner_settings: dict[str, Any] = Field(default_factory=dict, description=(
+        "The device runner's settings of the campaigns the fingerprint is for (device, engine, runtime_s, "
+        "fileset_mib, ...): they make its key."))
+    tracer: Literal["blktrace", "tracefs"] = Field("blktrace", description=(
+        "blktrace, or tracefs (ftrace's blk tracer: the same events, where kernel lockdown refuses blktrace)."))
+    seconds: float = Field(3.0, gt=0, le=60, description="The traced run's length.")
+    fallback: bool = Field(False, description="fio's own per-I/O log if the tracer is missing or refused.")
     window: int = Field(1000, ge=2, description="Change detection: a window of this many I/Os.")
     threshold: float = Field(4.0, gt=0, description="Change detection: a shift of this many noise units.")
 
@@ -36,13 +46,32 @@ def _trace(svc: Any, path: str, fmt: str | None, field: tuple[str, ...]) -> tupl
         raise Refused(field, str(e)) from None
 
 
+def _device(svc: Any, body: FingerprintCreate) -> tuple[Any, dict[str, Any], Any]:
+    """A traced run of a device workload, under the server's device policy (the device runs it
+    synchronously, a few seconds, in the request's worker thread)."""
+    from api.routes.campaigns import parse_settings_or_refuse
+    from api.workloads import device_fingerprint
+
+    values = apply_policy(svc.settings, "device", {**body.runner_settings, "workload": body.workload})
+    settings = parse_settings_or_refuse("device", values)
+    try:
+        return device_fingerprint(settings, body.seconds, body.tracer, body.fallback)
+    except (ValueError, OSError) as e:  # refused or missing tracer, a failed run: its one line
+        raise Refused(("body", "tracer"), str(e)) from None
+
+
 @router.post("/fingerprints", status_code=201, dependencies=Auth, responses={401: {}, 403: {}, 422: {}})
 def create_fingerprint(body: FingerprintCreate, svc: ServiceDep, response: Response) -> dict[str, Any]:
     """Fingerprint a trace (seed 004's features) and record it in the history, where recommendations
     and --warm-start similar find it; with the windows where the fingerprint shifts."""
     from runners.fingerprint import changes
 
-    workload, found, loaded = _trace(svc, body.trace, body.format, ("body", "trace"))
+    if (body.trace is None) == (body.workload is None):
+        raise Refused(("body",), "give a trace, or a device workload to trace (workload and runner_settings)")
+    if body.trace is not None:
+        workload, found, loaded = _trace(svc, body.trace, body.format, ("body", "trace"))
+    else:
+        workload, found, loaded = _device(svc, body)
     fid = svc.history.add_fingerprint(workload_name=workload.name, workload_fingerprint=workload.fingerprint(),
                                       workload=workload.to_dict(), **found)
     shifts = changes(loaded, body.window, body.threshold) if len(loaded) >= 2 * body.window else None
