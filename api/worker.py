@@ -28,14 +28,34 @@ def die_with_parent() -> None:
         pass
 
 
-def _interrupt_once(_signum: int, _frame: object) -> None:
-    """Ctrl-C reaches a worker twice (from the terminal, to the whole process group, and from the
-    stopping service): the second must not cut short the recording of the first."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+class Interrupt:
+    """The service's stop, as a KeyboardInterrupt in the worker's main loop.
+
+    Ctrl-C reaches a worker twice (from the terminal, to the whole process group, and from the
+    stopping service): the second must not cut short the recording of the first, so only the first
+    raises. A KeyboardInterrupt raised by a signal handler can land in a finaliser (a SQLAlchemy
+    state's ``__del__``), where Python prints it and drops it; the request is therefore kept, and
+    ``check`` raises it again after the next recorded trial, so the stop is never lost."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def handler(self, _signum: int, _frame: object) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        raise KeyboardInterrupt
+
+    def check(self, *_: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self.handler)
 
 
-def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: int | None) -> None:  # type: ignore[no-untyped-def]
+def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: int | None,  # type: ignore[no-untyped-def]
+                 interrupt: Interrupt) -> None:
     from tuner import Campaign
 
     record = history.campaign(campaign_id)
@@ -44,16 +64,17 @@ def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: 
         from tuner.executor import ProcessExecutor
 
         executor = ProcessExecutor(record.batch_size)
-    Campaign.resume(history, campaign_id, executor, handed_by=handed_by).run()
+    Campaign.resume(history, campaign_id, executor, handed_by=handed_by).run(on_trial=interrupt.check)
 
 
-def run_comparison(history, comparison_id: int, comparison_workers: int, handed_by: int | None) -> None:  # type: ignore[no-untyped-def]
+def run_comparison(history, comparison_id: int, comparison_workers: int, handed_by: int | None,  # type: ignore[no-untyped-def]
+                   interrupt: Interrupt) -> None:
     from tuner.compare import Comparison
     from tuner.executor import LocalExecutor, ProcessExecutor
 
     comparison = Comparison.load(history, comparison_id)
     executor = ProcessExecutor(comparison_workers) if comparison_workers > 1 else LocalExecutor()
-    comparison.run(executor)
+    comparison.run(executor, on_seed=interrupt.check)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.db:
         parser.error("no history: --db URL or STORETUNE_DATABASE_URL")
     die_with_parent()
-    signal.signal(signal.SIGINT, _interrupt_once)
+    interrupt = Interrupt()
+    interrupt.install()
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.kind} {args.id}: %(levelname)s %(message)s")
     from tuner import History
 
     history = History(args.db)
     run = run_campaign if args.kind == "campaign" else run_comparison
     try:
-        run(history, args.id, args.comparison_workers, args.handed_by)
+        run(history, args.id, args.comparison_workers, args.handed_by, interrupt)
     except KeyboardInterrupt:  # the service is stopping: the campaign is interrupted, resumed at the next start
         return 130
     except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history

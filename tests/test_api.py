@@ -274,6 +274,43 @@ def test_a_clean_stop_interrupts_the_workers_and_the_next_start_resumes(tmp_path
         assert wait_for(client, f"/campaigns/{campaign['id']}", ("cancelled",))["state"] == "cancelled"
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_that_a_finaliser_swallowed_is_raised_at_the_next_trial(tmp_path, bdbc):
+    """The service's SIGINT can land in a finaliser (CI saw it in SQLAlchemy's InstanceState._cleanup),
+    where Python drops the KeyboardInterrupt: the worker must still stop after its next trial."""
+    import gc
+    import os
+    import signal
+
+    from api.worker import Interrupt, run_campaign
+    from tuner import Campaign, History
+    from tuner.campaign import CampaignSpec
+
+    class Finalised:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100_000):  # the handler runs here, and its exception is dropped
+                pass
+
+    history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    campaign = Campaign.create(history, CampaignSpec(runner="dataset", runner_settings={"dataset": str(bdbc)},
+                                                     budget=500, seed=1), state="queued")
+    interrupt, previous = Interrupt(), signal.getsignal(signal.SIGINT)
+    interrupt.install()
+    try:
+        Finalised()
+        gc.collect()
+        assert interrupt.requested  # the signal arrived, and its exception went nowhere
+        with pytest.raises(KeyboardInterrupt):
+            run_campaign(history, campaign.id, 1, None, interrupt)
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C does not cut the recording short
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    record = history.campaign(campaign.id)
+    assert record.state == "interrupted"
+    assert len(history.trials(campaign.id)) == 1  # stopped after its first recorded trial
+
+
 @pytest.mark.slow
 def test_campaigns_of_an_exclusive_runner_run_one_at_a_time(tmp_path, bdbc, monkeypatch):
     import api.scheduler
