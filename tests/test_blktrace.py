@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runners.device import blktrace
-from runners.device.blktrace import BLKPARSE_FORMAT, TraceUnavailable, parse_blkparse, traced_run
+from runners.device import blkparse, blktrace, tracefs
+from runners.device.blkparse import BLKPARSE_FORMAT, TraceUnavailable, parse_blkparse
+from runners.device.blktrace import traced_run
 from runners.settings import DeviceSettings
 from test_device import _read, _read_bytes
 
@@ -84,7 +85,7 @@ def test_without_blktrace_the_error_says_how_to_install_it(monkeypatch):
 
 
 def test_the_format_has_one_field_per_column():
-    assert len(BLKPARSE_FORMAT.split("%")) - 1 == blktrace.FIELDS
+    assert len(BLKPARSE_FORMAT.split("%")) - 1 == blkparse.FIELDS
 
 
 # --- on loop devices -------------------------------------------------------------------------------------
@@ -163,7 +164,7 @@ def test_the_blk_tracers_classic_text_becomes_blkparse_lines():
             b"  7,0    1   885.070240591    22  C  WS 0 + 8 [0]\n"
             b"  7,0    0   885.070300000   301  D FWS [jbd2/loop0-8]\n"
             b"  7,0    0   885.070400000    22  C  RM 8 + 8 [-5]\n")
-    lines, counts = blktrace.blk_text_to_blkparse(text, 7, 0)
+    lines, counts = tracefs.blk_text_to_blkparse(text, 7, 0)
     assert lines.splitlines() == [
         "Q WS 0 8 885 070042079 10889 0 dd", "P N 0 0 885 070060137 10889 0 dd", "U N 0 0 885 070060696 10889 0 dd",
         "D WS 0 8 885 070061745 10889 0 dd", "C WS 0 8 885 070240591 22 0 ",
@@ -196,10 +197,10 @@ def tracefs_mounts() -> list[str]:
 @pytest.fixture
 def tracefs_root():
     """tracefs mounted for the test (unmounted after it if it was not before): where to read ftrace's settings."""
-    root = blktrace.tracefs_mount()
+    root = tracefs.tracefs_mount()
     mounted = root is None
     if mounted:
-        root = blktrace.TRACEFS
+        root = tracefs.TRACEFS
         assert os.system(f"mount -t tracefs nodev {root}") == 0
     try:
         yield root
@@ -266,14 +267,14 @@ def test_the_tracefs_tracer_refuses_while_someone_else_traces(loop_dir, tracefs_
 
 def read_ftrace(device: str | None = None) -> dict[str, str]:
     """ftrace_state, mounting tracefs for the moment if it is not mounted (and unmounting it again)."""
-    root = blktrace.tracefs_mount()
+    root = tracefs.tracefs_mount()
     if root is not None:
         return ftrace_state(root, device)
-    assert os.system(f"mount -t tracefs nodev {blktrace.TRACEFS}") == 0
+    assert os.system(f"mount -t tracefs nodev {tracefs.TRACEFS}") == 0
     try:
-        return ftrace_state(blktrace.TRACEFS, device)
+        return ftrace_state(tracefs.TRACEFS, device)
     finally:
-        os.system(f"umount {blktrace.TRACEFS}")
+        os.system(f"umount {tracefs.TRACEFS}")
 
 
 @pytest.mark.device
