@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import optuna
-from optuna.trial import TrialState
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from bench.optuna_tpe import MAX_REPROPOSALS, OptunaTPE
+from bench.optuna_tpe import OptunaTPE
 from search_spaces import Config
 from tuner.base import Observation
 
@@ -46,32 +45,19 @@ class OptunaNSGA2(OptunaTPE):
         if self._study is None:
             width = len(next(iter(self._vectors.values()), (0.0, 0.0)))
             self._study = self._make_study(width)
-        out: list[Config] = []
-        for _ in range(n * MAX_REPROPOSALS):
-            if len(out) == n:
-                break
-            trial = self._study.ask(self._distributions)
-            config = self.space.repair(trial.params)
-            if config is not None and config not in out and not self.known(config):
-                if config.to_dict() == {k: trial.params[k] for k in config}:
-                    self._asked_trials[config] = trial
-                else:
-                    self._study.tell(trial, state=TrialState.FAIL)
-                out.append(config)
-                continue
-            vector = self._vectors.get(config) if config is not None else None
-            if vector is not None:
-                self._study.tell(trial, list(vector))
-            else:
-                self._study.tell(trial, state=TrialState.FAIL)
-        return out + self.fresh(n - len(out), out)
+        return super()._ask(n)
+
+    def _answer(self, config: Config) -> Any:
+        vector = self._vectors.get(config)
+        return None if vector is None else list(vector)
+
+    def _value(self, observation: Observation) -> Any:
+        return None if observation.vector is None else list(observation.vector)
 
     def _tell(self, observation: Observation) -> None:
         if observation.vector is not None:
             self._vectors[observation.config] = observation.vector
-        trial = self._asked_trials.pop(observation.config, None)
-        if trial is not None:
-            if observation.vector is None:
-                self._study.tell(trial, state=TrialState.FAIL)
-            else:
-                self._study.tell(trial, list(observation.vector))
+        super()._tell(observation)
+
+    def _learn_unasked(self, config: Config, value: Any) -> None:
+        """Not added to the study: its first ask sees it as measured (``_answer``), as before."""

@@ -52,21 +52,34 @@ class OptunaTPE(Tuner):
                     self._study.tell(trial, state=TrialState.FAIL)  # learnt under the measured config instead
                 out.append(config)
                 continue
-            loss = self.told_loss(config) if config is not None else None
-            if loss is not None:
-                self._study.tell(trial, loss)  # a repeat proposal: answered from what was measured
+            value = self._answer(config) if config is not None else None
+            if value is not None:
+                self._study.tell(trial, value)  # a repeat proposal: answered from what was measured
             else:
                 self._study.tell(trial, state=TrialState.FAIL)
         return out + self.fresh(n - len(out), out)
 
+    def _answer(self, config: Config) -> Any:
+        """What the study is told for a configuration measured already (None: nothing succeeded)."""
+        return self.told_loss(config)
+
+    def _value(self, observation: Observation) -> Any:
+        """What the study is told for an observation (None: it failed)."""
+        return observation.loss
+
     def _tell(self, observation: Observation) -> None:
         trial = self._asked_trials.pop(observation.config, None)
+        value = self._value(observation)
         if trial is not None:
-            if observation.loss is None:
+            if value is None:
                 self._study.tell(trial, state=TrialState.FAIL)
             else:
-                self._study.tell(trial, observation.loss)
-        elif observation.loss is not None:
-            params = {k: v for k, v in observation.config.items() if k in self._distributions}
-            dists = {k: self._distributions[k] for k in params}
-            self._study.add_trial(create_trial(params=params, distributions=dists, value=observation.loss))
+                self._study.tell(trial, value)
+        elif value is not None:
+            self._learn_unasked(observation.config, value)
+
+    def _learn_unasked(self, config: Config, value: Any) -> None:
+        """An observation the study did not ask for (a warm start, a campaign's defaults): a finished trial."""
+        params = {k: v for k, v in config.items() if k in self._distributions}
+        dists = {k: self._distributions[k] for k in params}
+        self._study.add_trial(create_trial(params=params, distributions=dists, value=value))

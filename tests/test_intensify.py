@@ -207,7 +207,7 @@ def test_the_cli_reports_the_measurements_behind_the_best(sqlite_url):
 
 
 def test_found_after_counts_the_re_measurements_before_the_best(sqlite_url):
-    from api.cli import evaluations_to_find
+    from api.results import evaluations_to_find
 
     history = History(sqlite_url)
     first: dict[int, int] = {}  # trial number -> the evaluation that measured it first
