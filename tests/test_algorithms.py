@@ -14,23 +14,35 @@ from tuner.executor import ProcessExecutor
 MUST_BEAT_RANDOM = ["ga", "bo", "sa", "auto"]
 
 
+# The model-based algorithms need a median of about 30 evaluations on BDBC and cost the most per ask; the
+# others need up to about 130. Each runs at the budget it needs, with random search's exact curve as the bar.
+STUDIES = {("sa", "ga"): (20, 200), ("bo", "auto"): (10, 100)}
+
+
 @pytest.fixture(scope="module")
 def bdbc_study(tmp_path_factory):
-    """20 seeds x 200 evaluations on BDBC (4 near-optimal configurations of 2,560). DQN is not here:
-    it does not beat random search at this budget, and bench/compare_algorithms.py reports by how much."""
+    """Each algorithm on BDBC (4 near-optimal configurations of 2,560): its comparison's summary. DQN is not
+    here: it does not beat random search at this budget, and bench/compare_algorithms.py reports by how much."""
     db = f"sqlite:///{tmp_path_factory.mktemp('study') / 'h.sqlite'}"
     settings = {"dataset": [str(shared("moot_configs/BDBC.csv"))]}
-    spec = CompareSpec(settings, tuple(Variant.parse_list("random,sa,ga,bo,auto")), seeds=20, budget=200)
-    return Comparison.create(History(db), spec).run(ProcessExecutor(2))
+    out = {}
+    for algorithms, (seeds, budget) in STUDIES.items():
+        spec = CompareSpec(settings, tuple(Variant.parse_list(",".join(algorithms))), seeds=seeds, budget=budget)
+        study = Comparison.create(History(db), spec).run(ProcessExecutor(2))
+        out.update({a: (study, study["algorithms"][a]) for a in algorithms})
+    return out
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # the study runs in the first test's setup: 302 s beside a 2-worker benchmark
+@pytest.mark.timeout(900)  # the studies run in the first test's setup: 60 s alone on 2 cores
 @pytest.mark.parametrize("algorithm", MUST_BEAT_RANDOM)
 def test_reaches_near_optimal_in_fewer_evaluations_than_random(bdbc_study, algorithm):
-    ours = bdbc_study["algorithms"][algorithm]["median_evals_to_near_optimal"]
-    random = bdbc_study["algorithms"]["random"]["median_evals_to_near_optimal"]
-    assert ours < random, f"{algorithm}: median {ours} evaluations, random {random}"
+    study, ours = bdbc_study[algorithm]
+    budget, random = study["budget"], study["random_expected_success_at"]
+    # random search without replacement, exactly: its median is past the budget (success 0.28 at 200)
+    assert random[-1] < 0.5
+    assert ours["median_evals_to_near_optimal"] <= budget, f"{algorithm}: {ours['median_evals_to_near_optimal']}"
+    assert ours["success_at"][-1] > random[-1] + 0.2, f"{algorithm}: success {ours['success_at'][-1]} at {budget}"
 
 
 def _warm(sqlite_url, algorithm):
