@@ -40,9 +40,11 @@ apt:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# Two workers (pytest-xdist); the tests that share the host (devices, Ray) run in one of them, in turn.
+TEST_WORKERS ?= 2
 test: setup
 	@$(MAKE) --no-print-directory apt PKGS="$(APT_TEST)"
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: setup
 	$(BIN)/pytest -m "not slow and not postgres and not device"

@@ -49,6 +49,28 @@ def run_cli(*args: str, db: str | None = None, check: bool = False, timeout: flo
     return proc
 
 
+PG_PREFIX = "storetune-pg-"
+
+
+def _reap_orphaned_servers(bindir: Path) -> None:
+    """Stop the private servers of earlier test sessions that were killed before their teardown (each
+    folder names the pytest process that made it); a live session's server is left alone."""
+    for owner in Path(tempfile.gettempdir()).glob(f"{PG_PREFIX}*/owner"):
+        try:
+            os.kill(int(owner.read_text()), 0)
+            continue  # its session is running
+        except ProcessLookupError:
+            pass
+        except (ValueError, OSError):
+            continue
+        top = owner.parent
+        if (top / "data" / "postmaster.pid").exists():
+            as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+            subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(top / "data"), "-m", "immediate", "stop"],
+                           capture_output=True, timeout=60)
+        shutil.rmtree(top, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
     """A PostgreSQL URL: $STORETUNE_TEST_POSTGRES_URL, or a private server started for this session."""
@@ -60,7 +82,9 @@ def postgres_url():
     if not bindirs:
         pytest.skip("PostgreSQL is not installed; `make test` installs it (apt-get install postgresql)")
     bindir = Path(bindirs[-1])
-    top = Path(tempfile.mkdtemp(prefix="storetune-pg-"))
+    _reap_orphaned_servers(bindir)
+    top = Path(tempfile.mkdtemp(prefix=PG_PREFIX))
+    (top / "owner").write_text(str(os.getpid()))
     data, sockets = top / "data", top / "sock"
     sockets.mkdir()
     as_user: list[str] = []
@@ -112,3 +136,17 @@ def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         c.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
     engine.dispose()
     return url
+
+
+# Tests that share something host-wide run in one pytest-xdist worker, one after another (`make test` runs
+# two workers with --dist loadgroup): loop devices and the host's block-queue, ftrace and writeback settings
+# (the device mark), and Ray clusters, some of which measure on loop devices. The rest only touch what they
+# create, so they run side by side.
+def _shares_the_host(item: pytest.Item) -> bool:
+    return item.get_closest_marker("device") is not None or item.module.__name__ == "test_ray"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marked as each test is collected, before xdist reads the groups."""
+    if _shares_the_host(item):
+        item.add_marker(pytest.mark.xdist_group("host"))
