@@ -50,6 +50,14 @@ def run_cli(*args: str, db: str | None = None, check: bool = False, timeout: flo
 
 
 PG_PREFIX = "storetune-pg-"
+AS_POSTGRES = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []  # initdb refuses to run as root
+
+
+def _stop_server(bindir: Path, top: Path) -> None:
+    """Stop a private server (at once: its data are the tests') and remove its folder."""
+    subprocess.run([*AS_POSTGRES, str(bindir / "pg_ctl"), "-D", str(top / "data"), "-m", "immediate", "stop"],
+                   capture_output=True, timeout=60)
+    shutil.rmtree(top, ignore_errors=True)
 
 
 def _reap_orphaned_servers(bindir: Path) -> None:
@@ -63,12 +71,7 @@ def _reap_orphaned_servers(bindir: Path) -> None:
             pass
         except (ValueError, OSError):
             continue
-        top = owner.parent
-        if (top / "data" / "postmaster.pid").exists():
-            as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-            subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(top / "data"), "-m", "immediate", "stop"],
-                           capture_output=True, timeout=60)
-        shutil.rmtree(top, ignore_errors=True)
+        _stop_server(bindir, owner.parent)
 
 
 @pytest.fixture(scope="session")
@@ -87,9 +90,7 @@ def postgres_url():
     (top / "owner").write_text(str(os.getpid()))
     data, sockets = top / "data", top / "sock"
     sockets.mkdir()
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        as_user = ["runuser", "-u", "postgres", "--"]
+    if AS_POSTGRES:
         os.chmod(top, 0o755)
         shutil.chown(sockets, "postgres")
         data.mkdir()
@@ -101,7 +102,7 @@ def postgres_url():
     log = sockets / "server.log"
 
     def pg(*cmd: str) -> None:
-        proc = subprocess.run([*as_user, *cmd], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([*AS_POSTGRES, *cmd], capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             server_log = log.read_text() if log.exists() else ""
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}{server_log}")
@@ -113,9 +114,7 @@ def postgres_url():
         pg(str(bindir / "createdb"), "-h", str(sockets), "-p", str(port), "-U", "postgres", "storetune")
         yield f"postgresql+psycopg://postgres@/storetune?host={sockets}&port={port}"
     finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)
-        shutil.rmtree(top, ignore_errors=True)
+        _stop_server(bindir, top)
 
 
 # The marker is on the parameter, so `-m "not postgres"` deselects the PostgreSQL cases at collection

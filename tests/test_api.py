@@ -283,8 +283,7 @@ def test_a_stop_that_a_finaliser_swallowed_is_raised_at_the_next_trial(tmp_path,
     import signal
 
     from api.worker import Interrupt, run_campaign
-    from tuner import Campaign, History
-    from tuner.campaign import CampaignSpec
+    from tuner import Campaign, CampaignSpec, History
 
     class Finalised:
         def __del__(self) -> None:
