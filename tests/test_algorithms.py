@@ -161,30 +161,33 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
         make_tuner("auto", runner.space, seed=0, direction="min", params={"members": "ga,sa", "lead": "bo"})
 
 
+def replay_bo(space, means, targets, *, seed, params, budget):
+    """BO on a table's means until it measures a near-optimal configuration: (evaluations to it or None, BO)."""
+    from tuner.convergence import evaluations_to_hit
+
+    tuner = make_tuner("bo", space, seed=seed, direction="min", params=params)
+    evaluated = []
+    for _ in range(budget):
+        config = tuner.ask(1)[0]
+        tuner.tell(config, means[config])
+        evaluated.append(config)
+        if config in targets:
+            break
+    return evaluations_to_hit(evaluated, targets), tuner
+
+
 def test_bo_refits_its_kernel_from_several_starts_and_escapes_a_wrong_basin():
     """BDBC seed 42 got BO stuck (README, "Why BO got stuck"): refitted from the previous fit only, the
     kernel kept page size 1K (pS1K) inert, and EI exploited a basin ranked 129 of 2,560 for 150 evaluations.
     Restarted refits find the better likelihood optimum, in which pS1K matters."""
-    from tuner.convergence import evaluations_to_hit, near_optimal
+    from tuner.convergence import near_optimal
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
     means = runner.table.means("PERF")
     targets = near_optimal(means, "min")
-
-    def run(params):
-        tuner = make_tuner("bo", runner.space, seed=42, direction="min", params=params)
-        evaluated = []
-        for _ in range(200):
-            config = tuner.ask(1)[0]
-            tuner.tell(config, means[config])
-            evaluated.append(config)
-            if config in targets:
-                break
-        return evaluations_to_hit(evaluated, targets), tuner
-
-    single, _ = run({"restarts": 0})
+    single, _ = replay_bo(runner.space, means, targets, seed=42, params={"restarts": 0}, budget=200)
     assert single is None  # the failure this guards against: no near-optimal configuration in 200
-    hit, tuner = run({})
+    hit, tuner = replay_bo(runner.space, means, targets, seed=42, params={}, budget=200)
     assert hit is not None and hit <= 100
     encoded = runner.space.encode(next(iter(targets)))
     assert tuner.params.restarts >= 1 and len(encoded) == len(tuner._kernel.k1.k2.length_scale)
@@ -195,11 +198,11 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
     the best: the near-optimal configurations need o8 on and o10 off together, and near the incumbent o10
     alone changes the time by under 1%, so the kernel holds its length scale near the bound (inert) and EI
     never proposes the pair. With ``doubt_after`` the stalled search also asks a model whose length scales
-    are capped, which cannot call o10 inert (README, "BO's stalls and a doubting model")."""
+    are capped, which cannot call o10 inert (README, "BO's stalls on a table nobody tuned on")."""
     import importlib.util
 
     from conftest import ROOT
-    from tuner.convergence import evaluations_to_hit, near_optimal
+    from tuner.convergence import near_optimal
 
     spec = importlib.util.spec_from_file_location("synthetic_tables", ROOT / "bench" / "synthetic_tables.py")
     synthetic = importlib.util.module_from_spec(spec)
@@ -209,22 +212,12 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
     means = runner.table.means("Performance")
     targets = near_optimal(means, "min")
 
-    def run(params):
-        tuner = make_tuner("bo", runner.space, seed=14, direction="min", params=params)
-        evaluated = []
-        for _ in range(150):
-            config = tuner.ask(1)[0]
-            tuner.tell(config, means[config])
-            evaluated.append(config)
-            if config in targets:
-                break
-        return evaluations_to_hit(evaluated, targets), tuner
-
-    stuck, tuner = run({})
+    stuck, tuner = replay_bo(runner.space, means, targets, seed=14, params={}, budget=150)
     assert stuck is None  # the stall this guards against
-    inert = dict(zip([p.name for p in runner.space.parameters], tuner._optimizer.models[-1].kernel_.k1.k2.length_scale))
-    assert inert["o10"] > 10 * inert["o8"]
-    hit, _ = run({"doubt_after": 15})
+    names = [p.name for p in runner.space.parameters]
+    length = dict(zip(names, tuner._optimizer.models[-1].kernel_.k1.k2.length_scale))
+    assert length["o10"] > 10 * length["o8"]  # the model holds o10 inert
+    hit, _ = replay_bo(runner.space, means, targets, seed=14, params={"doubt_after": 15}, budget=150)
     assert hit is not None  # within the 150 evaluations where the fitted model alone found nothing
 
 
