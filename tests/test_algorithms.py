@@ -219,6 +219,8 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
     assert length["o10"] > 10 * length["o8"]  # the model holds o10 inert
     hit, _ = replay_bo(runner.space, means, targets, seed=14, params={"doubt_after": 15}, budget=150)
     assert hit is not None  # within the 150 evaluations where the fitted model alone found nothing
+    with pytest.raises(ValueError, match="needs acq=EI and surrogate=gp"):  # not ignored in silence
+        make_tuner("bo", runner.space, seed=0, direction="min", params={"doubt_after": 15, "acq": "LCB"})
 
 
 def test_auto_warm_starts_its_members_with_losses_when_the_metric_is_maximised():

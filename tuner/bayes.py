@@ -73,6 +73,9 @@ class BayesianOptimization(Tuner):
         super().__init__(space, **kwargs)
         if self.params.acq not in ("EI", "PI", "LCB"):
             raise ValueError(f"bo:acq={self.params.acq!r}: choose EI, PI or LCB")
+        if self.params.doubt_after and (self.params.acq != "EI" or self.params.surrogate != "gp"):
+            raise ValueError("bo:doubt_after averages the expected improvement of two Gaussian processes: "
+                             "it needs acq=EI and surrogate=gp")
         width = space.width
         self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
             length_scale=np.ones(width), length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
@@ -173,14 +176,14 @@ class BayesianOptimization(Tuner):
         """Once the search has stalled for ``doubt_after`` evaluations: the fitted GP with its length scales
         capped, refitted to the same data with the other hyperparameters fixed (else None)."""
         yi = self._optimizer.yi
-        if not self.params.doubt_after or self.params.surrogate != "gp":
+        if not self.params.doubt_after:
             return None
         if len(yi) - 1 - int(np.argmin(yi)) < self.params.doubt_after:
             return None
         kernel = model.kernel_.clone_with_theta(model.kernel_.theta)
         matern = kernel.k1.k2
         matern.length_scale = np.minimum(matern.length_scale, self.params.doubt_length_scale)
-        doubter = GaussianProcessRegressor(kernel=kernel, normalize_y=True, optimizer=None)
+        doubter = self._estimator(fit_hyperparameters=False).set_params(kernel=kernel)
         return doubter.fit(np.asarray(self._optimizer.Xi), np.asarray(yi))
 
     def _candidates(self) -> tuple[list[Config], np.ndarray]:
