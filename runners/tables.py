@@ -124,6 +124,8 @@ def load_table(
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:16]
 
     codes = frame.groupby(config_columns, sort=False, dropna=False).ngroup().to_numpy()
+    if len(paths) > 1 and fmt != "long":  # a long table's repeat column says which rows are repeats
+        _warn_shared_configurations(frame, codes, paths, name)
     order = np.argsort(codes, kind="stable")
     starts = np.r_[0, np.cumsum(np.bincount(codes))[:-1]]
     distinct = frame.iloc[order[starts]][config_columns].to_dict("records")
@@ -146,6 +148,20 @@ def load_table(
             reason = first.get("reason")
             outcomes[config] = (Status(first["status"]), None if pd.isna(reason) or reason == "" else str(reason))
     return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes)
+
+
+def _warn_shared_configurations(frame: pd.DataFrame, codes: np.ndarray, paths: list[Path], name: str) -> None:
+    """Files that measured the same configurations are read as repeats of one table: right for one
+    table's runs split across files, silently wrong for different tables passed together."""
+    files = frame.attrs["origin"].rows[frame.index.to_numpy(), 0]
+    pairs = np.unique(np.column_stack([codes, files]), axis=0)  # (configuration, file), once each
+    in_files = np.bincount(pairs[:, 0], minlength=int(codes.max()) + 1)
+    shared = int((in_files > 1).sum())
+    if shared:
+        holding = sorted({paths[f].name for f in pairs[in_files[pairs[:, 0]] > 1, 1]})
+        warnings.warn(f"{shared} of {len(in_files)} configurations appear in more than one of "
+                      f"{', '.join(holding)}: their rows are read as repeats of one table, {name!r}. "
+                      "If these are different tables, pass each on its own", TableWarning, stacklevel=3)
 
 
 def _declared_space(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,21 @@ def test_a_last_line_without_newline_is_read_with_a_warning(tmp_path: Path):
     with pytest.warns(UserWarning, match="line 3, the last, has no newline"):
         table = load_table(path)
     assert table.means("PERF") == {Config(a=1): 2.0, Config(a=2): 3.0}
+
+
+def test_files_that_measured_the_same_configurations_are_repeats_with_a_warning(tmp_path: Path):
+    """Two different tables passed together would otherwise be compared as one, averaged, in silence;
+    a table whose rows are split across files is read without a word."""
+    first = write(tmp_path / "first.csv", "a,b,PERF-\n1,1,2\n1,2,3\n2,1,4")
+    second = write(tmp_path / "second.csv", "a,b,PERF-\n1,1,8\n2,2,5")
+    with pytest.warns(UserWarning, match=r"1 of 4 configurations appear in more than one of first.csv, second.csv: "
+                                         r"their rows are read as repeats of one table"):
+        table = load_table([first, second])
+    assert table.means("PERF")[Config(a=1, b=1)] == 5.0 and len(table.repeats[Config(a=1, b=1)]) == 2
+    split = write(tmp_path / "rest.csv", "a,b,PERF-\n2,2,5")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_table([first, split]).repeats) == 4
 
 
 def test_every_signed_column_of_a_moot_table_is_an_objective():

@@ -7,7 +7,6 @@ only writer, records each campaign as it completes, tagged with the comparison.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from runners import Runner, Status, make_runner
 from search_spaces import Config
 from tuner.analysis import best_trial, json_safe
 from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
-from tuner.executor import Executor, LocalExecutor
+from tuner.executor import Executor, LocalExecutor, worker_runner
 from tuner.history import History
 from tuner.loop import MemoryStore, run_loop
 from tuner.models import utcnow
@@ -97,15 +96,9 @@ class SeedRun:
     campaign_id: int | None = None
 
 
-_RUNNERS: dict[str, Runner] = {}  # one loaded table per worker process
-
-
 def run_seed(task: SeedTask) -> SeedRun:
-    """One seeded campaign of one variant, in memory (runs in a worker process)."""
-    key = json.dumps(task.runner_settings, sort_keys=True, default=str)
-    if key not in _RUNNERS:
-        _RUNNERS[key] = make_runner("dataset", task.runner_settings)
-    runner = _RUNNERS[key]
+    """One seeded campaign of one variant, in memory (runs in a worker process, which loads the table once)."""
+    _, runner = worker_runner("dataset", task.runner_settings)
     tuner = make_tuner(task.variant.algorithm, runner.space, seed=task.seed, direction=task.objective.direction,
                        params=dict(task.variant.params), target=task.target)
     store = MemoryStore()

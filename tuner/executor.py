@@ -4,12 +4,14 @@ processes) here, and Ray (an embedded cluster, or an existing one) in tuner/ray_
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
 import signal
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -277,16 +279,24 @@ class _PoolStream:
 _WORKER_RUNNERS: dict[str, Runner] = {}
 
 
-def worker_measure(name: str, settings: dict, workload: Workload, job: Job) -> list[Measurement]:
-    """A job in a worker process (the pool's or Ray's): its runner is built once per worker from the
-    declared settings and kept, except one that holds a disk, which is closed after each job (idle
-    workers live on, and would keep a loop device attached)."""
+def worker_runner(name: str, settings: dict) -> tuple[str, Runner]:
+    """The runner a worker process (the pool's or Ray's) builds once from the declared settings and
+    keeps, with its key. Its table's warnings are not repeated: the driver built it first and showed them."""
     from runners import make_runner
+    from runners.tables import TableWarning
 
-    key = f"{name}:{sorted(settings.items())!r}"
+    key = f"{name}:{json.dumps(settings, sort_keys=True, default=str)}"
     if key not in _WORKER_RUNNERS:
-        _WORKER_RUNNERS[key] = make_runner(name, settings)
-    runner = _WORKER_RUNNERS[key]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TableWarning)
+            _WORKER_RUNNERS[key] = make_runner(name, settings)
+    return key, _WORKER_RUNNERS[key]
+
+
+def worker_measure(name: str, settings: dict, workload: Workload, job: Job) -> list[Measurement]:
+    """A job in a worker process, with its worker's runner, except that one that holds a disk is
+    closed after each job (idle workers live on, and would keep a loop device attached)."""
+    key, runner = worker_runner(name, settings)
     try:
         return measure(runner, workload, job)
     finally:
