@@ -114,6 +114,9 @@ class CampaignPublic(BaseModel):
     best: Best | None
     test_value: float | None
     links: dict[str, str]
+    warnings: list[str] = Field([], description=(
+        "What looked wrong in the inputs but was accepted (two tables read as one, a cut last line): only in "
+        "the response that created the campaign."))
 
 
 class MeasurementPublic(BaseModel):
@@ -203,6 +206,9 @@ class ComparisonPublic(BaseModel):
     campaigns: int
     results: dict[str, Any] | None
     links: dict[str, str]
+    warnings: list[str] = Field([], description=(
+        "What looked wrong in the table but was accepted (two tables read as one, a cut last line): only in "
+        "the response that created the comparison."))
 
 
 class RunnerPublic(BaseModel):

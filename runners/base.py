@@ -68,6 +68,10 @@ class Runner(Protocol):
         """The keyword arguments that rebuild this runner with ``make_runner`` (for resume)."""
         ...
 
+    def notes(self) -> tuple[str, ...]:
+        """Warnings about the runner's inputs (a table's), for a caller that cannot show Python's (REST)."""
+        ...
+
     def close(self) -> None:
         """Release what the runner holds (a loop device); it may be used again afterwards."""
         ...
@@ -120,6 +124,9 @@ class RunnerBase:
 
     def settings(self) -> dict[str, Any]:
         return self._settings.model_dump(mode="json")
+
+    def notes(self) -> tuple[str, ...]:
+        return ()
 
     def resources(self) -> dict[str, float]:
         """What one measurement occupies beyond a CPU, as cluster resources: none by default; a disk

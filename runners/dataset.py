@@ -35,6 +35,9 @@ class DatasetRunner(RunnerBase):
             "metric": self._metric,
         }
 
+    def notes(self) -> tuple[str, ...]:
+        return self.table.notes
+
     def workload_fingerprint(self) -> dict[str, Any] | None:
         """The pinned workload's fingerprint, where the dataset ships one: ``fingerprints.json`` beside
         its table, measured with it (see the dataset's manifest)."""

@@ -61,6 +61,7 @@ class Table:
     space: TableSpace
     repeats: dict[Config, np.ndarray]  # per configuration: (n_repeats, n_metrics)
     outcomes: dict[Config, tuple[Status, str | None]]  # configurations the sweep recorded as failed
+    notes: tuple[str, ...] = ()  # the warnings its reading raised, for callers that cannot show warnings (REST)
 
     @property
     def default_metric(self) -> str:
@@ -113,7 +114,8 @@ def load_table(
     ``metric`` names the objective column of a plain table whose header does not say which it is.
     """
     paths = _expand(sources)
-    frame, fmt, manifest = _read(paths, metric)
+    notes: list[str] = []
+    frame, fmt, manifest = _read(paths, metric, notes)
     frame, config_columns, metrics = _split_columns(frame, fmt, manifest, paths, metric)
     frame, pinned, config_columns = _pin_context(frame, config_columns, dict(context or {}), manifest, paths)
     for column, labels in (ATC18_LABELS.items() if fmt == "atc18" else ()):
@@ -125,7 +127,7 @@ def load_table(
 
     codes = frame.groupby(config_columns, sort=False, dropna=False).ngroup().to_numpy()
     if len(paths) > 1 and fmt != "long":  # a long table's repeat column says which rows are repeats
-        _warn_shared_configurations(frame, codes, paths, name)
+        _warn_shared_configurations(frame, codes, paths, name, notes)
     order = np.argsort(codes, kind="stable")
     starts = np.r_[0, np.cumsum(np.bincount(codes))[:-1]]
     distinct = frame.iloc[order[starts]][config_columns].to_dict("records")
@@ -147,10 +149,17 @@ def load_table(
             first = frame.iloc[order[group[0]]]
             reason = first.get("reason")
             outcomes[config] = (Status(first["status"]), None if pd.isna(reason) or reason == "" else str(reason))
-    return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes)
+    return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes, tuple(notes))
 
 
-def _warn_shared_configurations(frame: pd.DataFrame, codes: np.ndarray, paths: list[Path], name: str) -> None:
+def _warn(notes: list[str], message: str) -> None:
+    """A warning about the table being read, shown (the CLI prints it as one line) and kept in its notes."""
+    notes.append(message)
+    warnings.warn(message, TableWarning, stacklevel=3)
+
+
+def _warn_shared_configurations(frame: pd.DataFrame, codes: np.ndarray, paths: list[Path], name: str,
+                                notes: list[str]) -> None:
     """Files that measured the same configurations are read as repeats of one table: right for one
     table's runs split across files, silently wrong for different tables passed together."""
     files = frame.attrs["origin"].rows[frame.index.to_numpy(), 0]
@@ -159,9 +168,9 @@ def _warn_shared_configurations(frame: pd.DataFrame, codes: np.ndarray, paths: l
     shared = int((in_files > 1).sum())
     if shared:
         holding = sorted({paths[f].name for f in pairs[in_files[pairs[:, 0]] > 1, 1]})
-        warnings.warn(f"{shared} of {len(in_files)} configurations appear in more than one of "
-                      f"{', '.join(holding)}: their rows are read as repeats of one table, {name!r}. "
-                      "If these are different tables, pass each on its own", TableWarning, stacklevel=3)
+        _warn(notes, f"{shared} of {len(in_files)} configurations appear in more than one of "
+                     f"{', '.join(holding)}: their rows are read as repeats of one table, {name!r}. "
+                     "If these are different tables, pass each on its own")
 
 
 def _declared_space(
@@ -219,13 +228,13 @@ class _Origin:
     rows: np.ndarray  # per row of the frame: (file index, line)
 
 
-def _read(paths: list[Path], metric: str | None) -> tuple[pd.DataFrame, str, dict[str, Any]]:
+def _read(paths: list[Path], metric: str | None, notes: list[str]) -> tuple[pd.DataFrame, str, dict[str, Any]]:
     """Every file's cells as stripped text, checked for shape; ``frame.attrs["origin"]`` gives each
     row's (file, line) for the messages of the checks that follow."""
     frames, origins = [], []
     header: list[str] = []
     for index, path in enumerate(paths):
-        columns, rows, lines = _read_rows(path)
+        columns, rows, lines = _read_rows(path, notes)
         if frames and set(columns) != set(header):
             raise DatasetError(f"{path}: its columns differ from those of {paths[0]}; tables must share a header")
         frame = pd.DataFrame(rows, columns=columns, dtype=object)
@@ -250,7 +259,7 @@ def _read(paths: list[Path], metric: str | None) -> tuple[pd.DataFrame, str, dic
     )
 
 
-def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+def _read_rows(path: Path, notes: list[str]) -> tuple[list[str], list[list[str]], list[int]]:
     """The header, the rows and their line numbers, with every row checked for its field count.
 
     By hand over the csv module because pandas fills a short row with NaN without a word."""
@@ -276,8 +285,8 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
     if not rows:
         raise DatasetError(f"{path}: the table has a header but no rows")
     if not text.endswith(("\n", "\r")):
-        warnings.warn(f"{path}: line {lines[-1]}, the last, has no newline at its end: if the file was cut short, "
-                      "that row is wrong", TableWarning, stacklevel=2)
+        _warn(notes, f"{path}: line {lines[-1]}, the last, has no newline at its end: if the file was cut short, "
+                     "that row is wrong")
     return header, rows, lines
 
 

@@ -153,6 +153,30 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         assert client.get("/comparisons").json()["total"] == 1
 
 
+def test_tables_read_with_a_warning_say_so_in_the_response_that_created_the_run(sqlite_url, tmp_path):
+    """Python's warnings reach no REST client: two tables that would be read as one say so in the 201."""
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text("a,b,PERF-\n1,1,2\n1,2,3\n2,1,4\n2,2,6\n")
+    second.write_text("a,b,PERF-\n1,1,8\n2,2,5\n")
+    both = [str(first), str(second)]
+    with client_for(sqlite_url, tmp_path, data_dirs=str(tmp_path)) as client:
+        created = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": both},
+                                                  "algorithm": "random", "budget": 3})
+        assert created.status_code == 201, created.text
+        [warning] = created.json()["warnings"]
+        assert warning.startswith("2 of 4 configurations appear in more than one of first.csv, second.csv")
+        done = wait_for(client, f"/campaigns/{created.json()['id']}", ("finished",))
+        assert done["warnings"] == []  # not stored: said once, when the request was checked
+        compared = client.post("/comparisons", json={"dataset": both, "algorithms": ["random"], "seeds": 1,
+                                                     "budget": 3})
+        assert compared.status_code == 201 and compared.json()["warnings"] == [warning], compared.text
+        wait_for(client, f"/comparisons/{compared.json()['id']}", ("finished",))
+        alone = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(first)},
+                                                "algorithm": "random", "budget": 3})
+        assert alone.status_code == 201 and alone.json()["warnings"] == []
+        wait_for(client, f"/campaigns/{alone.json()['id']}", ("finished",))
+
+
 def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
     outside = tmp_path / "elsewhere.csv"
     outside.write_text("a,b,PERF\n1,2,3\n")

@@ -121,3 +121,14 @@ def test_compare_command(sqlite_url, bowl, tmp_path):
     assert {p.name for p in out.iterdir()} >= {"summary.json", "success.csv", "instant.csv", "evaluations.csv", "diversity.csv"}
     bad = run_cli("compare", "--dataset", str(bowl), "--within", "2", db=sqlite_url)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --within must be in (0, 1]")
+
+
+def test_two_tables_compared_as_one_are_warned_about_once(sqlite_url, bowl, tmp_path):
+    """The rows of two files of the same configurations are averaged into one table: the driver says so
+    in one line, and its worker processes, which read the table again, do not repeat it."""
+    other = tmp_path / "other.csv"
+    other.write_text(bowl.read_text().replace(",1\n", ",9\n"))
+    proc = run_cli("compare", "--dataset", str(bowl), "--dataset", str(other), "--algorithms", "random",
+                   "--seeds", "4", "--budget", "5", "--workers", "2", db=sqlite_url, check=True)
+    lines = [line for line in proc.stderr.splitlines() if "configurations appear in more than one" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: 128 of 128 configurations"), proc.stderr

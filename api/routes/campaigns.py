@@ -127,7 +127,7 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
         raise Refused(("body", e.field), str(e)) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/campaigns/{campaign.id}"
-    return public(svc, campaign.record)
+    return public(svc, campaign.record).model_copy(update={"warnings": list(runner.notes())})
 
 
 def parse_settings_or_refuse(runner: str, values: dict[str, Any]) -> Any:

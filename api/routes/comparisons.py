@@ -69,7 +69,8 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
         raise Refused(("body",), e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/comparisons/{comparison.id}"
-    return public(svc, svc.history.comparison(comparison.id))
+    return public(svc, svc.history.comparison(comparison.id)).model_copy(
+        update={"warnings": list(comparison.runner.notes())})
 
 
 @router.get("", response_model=Page[ComparisonPublic])
