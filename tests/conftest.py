@@ -117,6 +117,37 @@ def postgres_url():
         _stop_server(bindir, top)
 
 
+def reap_killed_sessions(root: Path) -> list[str]:
+    """Undo what the device runners of killed test sessions left set up (loop devices, mounts, sysfs
+    values). Each test keeps its runners' state in a folder of its own under pytest's temporary folder,
+    so a later session's runners never reap it; a session killed with SIGKILL leaves its folder with a
+    `.lock` naming its dead pid (a session that ended keeps no lock). Returns one line per action."""
+    from runners.device.shell import Shell
+    from runners.device.state import reap
+
+    said: list[str] = []
+    for lock in sorted(root.glob("pytest-*/.lock")):
+        try:
+            os.kill(int(lock.read_text()), 0)
+            continue  # its session is running
+        except ProcessLookupError:
+            pass
+        except (ValueError, OSError):
+            continue
+        for directory in sorted({path.parent for path in lock.parent.rglob("device-*.json")}):
+            reaped = reap(Shell(), directory)
+            said += reaped.done + reaped.failed
+    return said
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reap_killed_test_sessions(tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = next((p for p in tmp_path_factory.getbasetemp().parents if p.name.startswith("pytest-of-")), None)
+    if root is not None and os.geteuid() == 0:
+        for line in reap_killed_sessions(root):
+            print(f"cleaned up after a killed test session: {line}", file=sys.stderr)
+
+
 # The marker is on the parameter, so `-m "not postgres"` deselects the PostgreSQL cases at collection
 # (a marker the fixture applied would come after collection, too late for -m).
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -152,3 +152,31 @@ def test_a_killed_runners_queue_comes_back_scheduler_first(loop_dir):
         assert queue_settings(target.device) == original
         r.close()
     assert leftovers(loop_dir) == NOTHING
+
+
+def test_a_killed_test_session_s_loop_devices_are_detached_by_the_next_session(loop_dir, tmp_path):
+    """Each test keeps its runners' state in its own folder under pytest's temporary folder, which no
+    later runner reads: the next session reaps the folders of sessions whose `.lock` names a dead pid,
+    and leaves a live session's alone."""
+    from conftest import reap_killed_sessions
+
+    image = loop_dir / "storetune-4242-1.img"
+    subprocess.run(["truncate", "-s", "1M", str(image)], check=True)
+    device = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    killed, live = tmp_path / "pytest-7", tmp_path / "pytest-8"
+    entry = {"id": 1, "kind": "loop", "file": str(image), "device": device}
+    for session, owner in ((killed, dead_pid()), (live, os.getpid())):
+        state = session / "popen-gw1" / "test_x0" / "state"
+        state.mkdir(parents=True)
+        (session / ".lock").write_text(str(owner))
+        runner = dead_pid()
+        (state / f"device-{runner}-0-0.json").write_text(json.dumps({"pid": runner, "start": "0", "entries": [entry]}))
+    try:
+        assert reap_killed_sessions(tmp_path) == [f"detached {device}"]
+        assert not list(killed.rglob("device-*.json")) and len(list(live.rglob("device-*.json"))) == 1
+        assert reap_killed_sessions(tmp_path) == []  # the live session's dead runner is its own to reap
+    finally:
+        if _read(Path("/sys/block") / Path(device).name / "loop" / "backing_file").startswith(str(image)):
+            subprocess.run(["losetup", "-d", device], check=True)
+    assert leftovers(loop_dir)["loops"] == []
