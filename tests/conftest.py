@@ -64,14 +64,19 @@ def _reap_orphaned_servers(bindir: Path) -> None:
     """Stop the private servers of earlier test sessions that were killed before their teardown (each
     folder names the pytest process that made it); a live session's server is left alone."""
     for owner in Path(tempfile.gettempdir()).glob(f"{PG_PREFIX}*/owner"):
-        try:
-            os.kill(int(owner.read_text()), 0)
-            continue  # its session is running
-        except ProcessLookupError:
-            pass
-        except (ValueError, OSError):
-            continue
-        _stop_server(bindir, owner.parent)
+        if _names_a_dead_process(owner):
+            _stop_server(bindir, owner.parent)
+
+
+def _names_a_dead_process(pid_file: Path) -> bool:
+    """Whether the file holds the pid of a process that is gone (False: alive, or not a pid)."""
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, OSError):
+        pass
+    return False
 
 
 @pytest.fixture(scope="session")
@@ -127,13 +132,8 @@ def reap_killed_sessions(root: Path) -> list[str]:
 
     said: list[str] = []
     for lock in sorted(root.glob("pytest-*/.lock")):
-        try:
-            os.kill(int(lock.read_text()), 0)
+        if not _names_a_dead_process(lock):
             continue  # its session is running
-        except ProcessLookupError:
-            pass
-        except (ValueError, OSError):
-            continue
         for directory in sorted({path.parent for path in lock.parent.rglob("device-*.json")}):
             reaped = reap(Shell(), directory)
             said += reaped.done + reaped.failed

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.service import ServiceSettings
+from runners.tables import TableWarning
 from conftest import ROOT, run_cli, shared
 
 
@@ -159,7 +160,8 @@ def test_tables_read_with_a_warning_say_so_in_the_response_that_created_the_run(
     first.write_text("a,b,PERF-\n1,1,2\n1,2,3\n2,1,4\n2,2,6\n")
     second.write_text("a,b,PERF-\n1,1,8\n2,2,5\n")
     both = [str(first), str(second)]
-    with client_for(sqlite_url, tmp_path, data_dirs=str(tmp_path)) as client:
+    with client_for(sqlite_url, tmp_path, data_dirs=str(tmp_path)) as client, \
+            pytest.warns(TableWarning, match="appear in more than one of first.csv, second.csv"):  # the service's log
         created = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": both},
                                                   "algorithm": "random", "budget": 3})
         assert created.status_code == 201, created.text
