@@ -40,9 +40,8 @@ apt:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-# Three workers (pytest-xdist) on two cores: the suite waits on I/O, subprocesses and Ray for a third of
-# its time, which a third worker fills; the tests that share the host (devices, Ray) run in one, in turn.
-TEST_WORKERS ?= 3
+# Two workers (pytest-xdist); the tests that share the host (devices, Ray) run in one of them, in turn.
+TEST_WORKERS ?= 2
 test: setup
 	@$(MAKE) --no-print-directory apt PKGS="$(APT_TEST)"
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
