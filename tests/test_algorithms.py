@@ -223,6 +223,23 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
         make_tuner("bo", runner.space, seed=0, direction="min", params={"doubt_after": 15, "acq": "LCB"})
 
 
+def test_bo_revisiting_rarely_measured_values_frees_a_stall_on_7z():
+    """Every near-optimal 7z configuration compresses with LZMA2. BO seed 4 measures LZMA2 a few times early,
+    its kernel writes the method off, and it settles on another method for all 200 evaluations. With
+    ``revisit_after`` the stalled search measures the incumbent's one-option neighbour whose new value was
+    measured least often, and finds a near-optimal configuration (README, "BO's stalls on 7z")."""
+    from tuner.convergence import near_optimal
+
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/7z.csv"))})
+    means = runner.table.means(runner.table.default_metric)
+    targets = near_optimal(means, "min", 0.9712)
+    stuck, tuner = replay_bo(runner.space, means, targets, seed=4, params={}, budget=200)
+    assert stuck is None and tuner.params.revisit_after == 0  # the stall this guards against, by default
+    assert tuner.best.config["lZMA_lZMA2_pPMd_bZip2_deflate"] != "lZMA2"  # settled on another method
+    hit, _ = replay_bo(runner.space, means, targets, seed=4, params={"revisit_after": 10}, budget=200)
+    assert hit is not None
+
+
 def test_auto_warm_starts_its_members_with_losses_when_the_metric_is_maximised():
     """Members minimise; a warm start of throughputs must reach them as losses, or they would seek the worst."""
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
