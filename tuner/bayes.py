@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from typing import Annotated, Literal, Any
+from typing import Annotated, Any, Iterator, Literal
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -196,14 +196,12 @@ class BayesianOptimization(Tuner):
         scored = sorted((o for o in self.observations if o.loss is not None), key=lambda o: o.loss)
         counts = Counter(kv for o in scored for kv in o.config.items())
         discrete = {p.name for p in self.space.parameters if p.kind is not Kind.REAL}
-        for o in scored[:LOCAL_PARENTS]:
-            if o.config not in self._neighbours:
-                self._neighbours[o.config] = self.space.neighbours(o.config)
+        for parent, neighbours in self._best_neighbours(scored):
             moves = []
-            for c in self._neighbours[o.config]:
-                if self.known(c) or (self._members is not None and c not in self._index):
+            for c in neighbours:
+                if self._members is not None and c not in self._index:
                     continue
-                changed = [(k, v) for k, v in c.items() if o.config.get(k) != v]
+                changed = [(k, v) for k, v in c.items() if parent.get(k) != v]
                 if changed and all(k in discrete for k, _ in changed):
                     moves.append((min(counts[kv] for kv in changed), self.rng.random(), c))
             if moves:
@@ -261,10 +259,14 @@ class BayesianOptimization(Tuner):
 
     def _local(self) -> list[Config]:
         """The unmeasured neighbours of the best configurations measured so far."""
-        scored = sorted((o for o in self.observations if o.loss is not None), key=lambda o: o.loss)
-        out = []
+        return [c for _, neighbours in self._best_neighbours() for c in neighbours]
+
+    def _best_neighbours(self, scored: list[Observation] | None = None) -> Iterator[tuple[Config, list[Config]]]:
+        """Each of the ``LOCAL_PARENTS`` best configurations, best first, with its unmeasured one-option
+        neighbours (the neighbour lists are cached)."""
+        if scored is None:
+            scored = sorted((o for o in self.observations if o.loss is not None), key=lambda o: o.loss)
         for o in scored[:LOCAL_PARENTS]:
             if o.config not in self._neighbours:
                 self._neighbours[o.config] = self.space.neighbours(o.config)
-            out += [c for c in self._neighbours[o.config] if not self.known(c)]
-        return out
+            yield o.config, [c for c in self._neighbours[o.config] if not self.known(c)]
