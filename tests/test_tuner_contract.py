@@ -10,7 +10,7 @@ import pytest
 from conftest import shared
 from runners import Status
 from runners.tables import load_table
-from search_spaces import InvalidConfig, load_space
+from search_spaces import InvalidConfig, config_hash, load_space
 from tuner import SEARCH_ALGORITHMS, make_tuner
 
 SPACES = {
@@ -21,8 +21,9 @@ SPACES = {
 
 
 def toy_loss(config) -> float:
-    """A deterministic loss over any configuration, for driving algorithms without a runner."""
-    return float(np.random.default_rng(abs(hash(tuple(sorted(map(str, config.items()))))) % 2**32).random())
+    """A deterministic loss over any configuration, for driving algorithms without a runner: the same in
+    every process (``config_hash``, not Python's salted ``hash``), so that a failure can be replayed."""
+    return float(np.random.default_rng(int(config_hash(config), 16)).random())
 
 
 @pytest.fixture(params=list(SEARCH_ALGORITHMS))
