@@ -122,6 +122,12 @@ class Parameter:
             return self.values[int(rng.integers(len(self.values)))]
         return self._from_unit(float(rng.random()))
 
+    def sample_many(self, rng: np.random.Generator, n: int) -> list[Value]:
+        """``n`` values drawn as one array: what ``sample`` draws one at a time."""
+        if self.values:
+            return [self.values[i] for i in rng.integers(len(self.values), size=n)]
+        return [self._from_unit(u) for u in rng.random(n).tolist()]
+
     def steps(self, value: Value) -> list[Value]:
         """The values one move away: every other category, or the adjacent ordinal/numeric values."""
         if self.kind is Kind.CATEGORICAL:
@@ -152,6 +158,19 @@ class Parameter:
             k = len(self.values)
             return [self.values.index(value) / (k - 1) if k > 1 else 0.0]
         return [self._to_unit(value)]
+
+    def encode_many(self, values: Sequence[Value]) -> np.ndarray:
+        """``encode`` of many values at once: a (len(values), width) array."""
+        if self.kind is Kind.CATEGORICAL:
+            where = {v: i for i, v in enumerate(self.values)}
+            out = np.zeros((len(values), len(self.values)))
+            out[np.arange(len(values)), [where[v] for v in values]] = 1.0
+            return out
+        if self.kind is Kind.ORDINAL:
+            k = len(self.values)
+            where = {v: (i / (k - 1) if k > 1 else 0.0) for i, v in enumerate(self.values)}
+            return np.array([[where[v]] for v in values], dtype=float).reshape(len(values), 1)
+        return np.array([[self._to_unit(v)] for v in values], dtype=float).reshape(len(values), 1)
 
     def decode(self, chunk: Sequence[float]) -> Value:
         """The nearest domain value to an encoded chunk (argmax for categoricals)."""

@@ -158,6 +158,21 @@ class SearchSpace:
                 return Config(out)
         raise RuntimeError(f"space {self.name!r}: no valid configuration in {MAX_SAMPLE_ATTEMPTS} draws")
 
+    def sample_many(self, rng: np.random.Generator, n: int) -> list[Config]:
+        """Up to ``n`` uniformly drawn valid configurations, each parameter's values drawn as one array; a
+        draw that a forbidden rule rejects is dropped, not redrawn. (``sample`` one at a time spends more
+        on the generator's per-call cost than BO's model does on its 1,000 candidates per ask.)"""
+        columns = [(p.name, None if p.when.always else p.when, p.sample_many(rng, n)) for p in self.parameters]
+        out: list[Config] = []
+        for i in range(n):
+            row: dict[str, Any] = {}
+            for name, when, column in columns:
+                if when is None or when.holds(row):
+                    row[name] = column[i]
+            if not any(rule.condition.holds(row) for rule in self.forbidden):
+                out.append(Config(row))
+        return out
+
     def neighbours(self, config: Mapping[str, Any]) -> list[Config]:
         """Valid configurations one parameter move away; newly active parameters take their defaults."""
         base = self.validate(config)
@@ -238,6 +253,13 @@ class SearchSpace:
         for p in self.parameters:
             parts.extend(p.encode(config[p.name] if p.name in config else p.default))
         return np.asarray(parts, dtype=float)
+
+    def encode_many(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """``encode`` of many configurations at once: a (len(configs), width) array."""
+        if not configs or not self.parameters:
+            return np.empty((len(configs), self.width))
+        return np.hstack([p.encode_many([c[p.name] if p.name in c else p.default for c in configs])
+                          for p in self.parameters])
 
     def decode(self, vector: Sequence[float]) -> Config:
         """The configuration nearest to a vector; inactive parameters are dropped. Forbidden

@@ -47,7 +47,7 @@ class TableSpace(SearchSpace):
         if not self.members:
             raise ValueError(f"space {name!r}: the table has no configurations")
         self._index = {c: i for i, c in enumerate(self.members)}
-        self._encoded = np.vstack([self.encode(c) for c in self.members])
+        self._encoded = self.encode_many(self.members)
         self._norms = (self._encoded**2).sum(axis=1)
 
     def contains(self, config: Mapping[str, Any]) -> bool:
@@ -55,6 +55,9 @@ class TableSpace(SearchSpace):
 
     def sample(self, rng: np.random.Generator) -> Config:
         return self.members[int(rng.integers(len(self.members)))]
+
+    def sample_many(self, rng: np.random.Generator, n: int) -> list[Config]:
+        return [self.members[i] for i in rng.integers(len(self.members), size=n)]
 
     def enumerate(self) -> Iterator[Config]:
         return iter(self.members)

@@ -53,6 +53,31 @@ def test_samples_are_valid(space: SearchSpace):
         assert space.contains(config)
 
 
+def test_batched_draws_and_encodings_match_the_one_at_a_time_ones(space: SearchSpace):
+    """BO draws its candidates with ``sample_many`` and encodes them with ``encode_many``: the same
+    distribution as ``sample`` (share of each parameter's values, inactive ones included) and the same
+    vectors as ``encode``."""
+    batch = space.sample_many(np.random.default_rng(2), 2000)
+    assert len(batch) >= 1000  # drops only what a forbidden rule rejects
+    for config in batch[:200]:
+        assert space.validate(config) == config
+    assert np.array_equal(space.encode_many(batch), np.vstack([space.encode(c) for c in batch]))
+    rng = np.random.default_rng(3)
+    single = [space.sample(rng) for _ in range(2000)]
+
+    def shares(configs):
+        counts = {}
+        for c in configs:
+            for p in space.parameters:
+                key = (p.name, c.get(p.name) if p.finite else (p.name in c and c[p.name] > (p.low + p.high) / 2))
+                counts[key] = counts.get(key, 0) + 1
+        return {k: v / len(configs) for k, v in counts.items()}
+
+    one, many = shares(single), shares(batch)
+    for key in one.keys() | many.keys():
+        assert abs(one.get(key, 0) - many.get(key, 0)) < 0.06, key
+
+
 def test_encode_decode_round_trips(space: SearchSpace):
     rng = np.random.default_rng(1)
     for _ in range(100):

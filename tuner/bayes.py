@@ -107,7 +107,7 @@ class BayesianOptimization(Tuner):
         if space.finite and space.cardinality() <= LIST_LIMIT:
             self._members = list(space.enumerate())
             self._index = {c: i for i, c in enumerate(self._members)}
-            self._encoded = np.vstack([space.encode(c) for c in self._members])
+            self._encoded = space.encode_many(self._members)
             self._unmeasured = np.ones(len(self._members), dtype=bool)
         self._neighbours: dict[Config, list[Config]] = {}
         self._stalled_asks = 0
@@ -248,14 +248,14 @@ class BayesianOptimization(Tuner):
             return [self._members[i] for i in free], self._encoded[free]
         out = list(dict.fromkeys(self._local()))
         seen = set(out)
-        for _ in range(limit * 3):
+        for _ in range(3):  # up to three rounds of draws, as many as are missing each
             if len(out) >= limit:
                 break
-            c = self.space.sample(self.rng)
-            if c not in seen and not self.known(c):
-                out.append(c)
-                seen.add(c)
-        return out, np.vstack([self.space.encode(c) for c in out]) if out else np.empty((0, self.space.width))
+            for c in self.space.sample_many(self.rng, limit - len(out)):
+                if c not in seen and not self.known(c):
+                    out.append(c)
+                    seen.add(c)
+        return out, self.space.encode_many(out)
 
     def _local(self) -> list[Config]:
         """The unmeasured neighbours of the best configurations measured so far."""
