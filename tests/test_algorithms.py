@@ -227,17 +227,22 @@ def test_bo_revisiting_rarely_measured_values_frees_a_stall_on_7z():
     """Every near-optimal 7z configuration compresses with LZMA2. BO seed 4 measures LZMA2 a few times early,
     its kernel writes the method off, and it settles on another method for all 200 evaluations. With
     ``revisit_after`` the stalled search measures the incumbent's one-option neighbour whose new value was
-    measured least often, and finds a near-optimal configuration (README, "BO's stalls on 7z")."""
+    measured least often, and finds a near-optimal configuration (README, "BO's stalls on 7z"). 7z is
+    beyond ``LIST_LIMIT``, where that is BO's default; on a listed space (BDBC) it is off."""
+    from tuner.bayes import LARGE_SPACE_REVISIT_AFTER
     from tuner.convergence import near_optimal
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/7z.csv"))})
     means = runner.table.means(runner.table.default_metric)
     targets = near_optimal(means, "min", 0.9712)
-    stuck, tuner = replay_bo(runner.space, means, targets, seed=4, params={}, budget=200)
-    assert stuck is None and tuner.params.revisit_after == 0  # the stall this guards against, by default
+    stuck, tuner = replay_bo(runner.space, means, targets, seed=4, params={"revisit_after": 0}, budget=200)
+    assert stuck is None  # the stall this guards against
     assert tuner.best.config["lZMA_lZMA2_pPMd_bZip2_deflate"] != "lZMA2"  # settled on another method
-    hit, _ = replay_bo(runner.space, means, targets, seed=4, params={"revisit_after": 10}, budget=200)
-    assert hit is not None
+    hit, tuner = replay_bo(runner.space, means, targets, seed=4, params={}, budget=200)
+    assert hit is not None and tuner.revisit_after == LARGE_SPACE_REVISIT_AFTER > 0
+    bdbc = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))}).space
+    assert make_tuner("bo", bdbc, seed=0, direction="min").revisit_after == 0
+    assert make_tuner("bo", bdbc, seed=0, direction="min", params={"revisit_after": 5}).revisit_after == 5
 
 
 def test_auto_warm_starts_its_members_with_losses_when_the_metric_is_maximised():
