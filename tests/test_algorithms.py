@@ -302,3 +302,25 @@ def test_dqn_takes_as_many_gradient_steps_per_result_as_asked(bdbc):
             (config,) = tuner.ask(1)
             tuner.tell(config, means[config])
         assert results and tuner._steps == k * len(results)
+
+
+def test_bo_revisits_on_a_device_space_too_large_to_list():
+    """storage_v2 (400,320 configurations, with forbidden combinations) is beyond ``LIST_LIMIT``, so BO
+    samples its candidates there and, by default, revisits once stalled: its asks stay valid, new and
+    within the space's rules, and some of them are revisits."""
+    from search_spaces import config_hash, load_space
+    from tuner.bayes import LARGE_SPACE_REVISIT_AFTER, LIST_LIMIT
+
+    space = load_space("storage_v2")
+    assert space.finite and space.cardinality() > LIST_LIMIT and space.forbidden
+    tuner = make_tuner("bo", space, seed=1, direction="min", params={"revisit_after": 3})
+    assert make_tuner("bo", space, seed=1, direction="min").revisit_after == LARGE_SPACE_REVISIT_AFTER
+    revisits, asked = [], []
+    original = tuner._revisit
+    tuner._revisit = lambda: revisits.append(original()) or revisits[-1]
+    for _ in range(30):
+        config = tuner.ask(1)[0]
+        assert space.validate(config) == config and config not in asked
+        asked.append(config)
+        tuner.tell(config, int(config_hash(config), 16) % 1000 / 1000)  # a deterministic, rugged loss
+    assert any(r is not None for r in revisits)

@@ -15,12 +15,14 @@ bench/compare_algorithms.py):
   neighbours of the best five plus a random draw, ``max_candidates`` in all, or every unmeasured
   configuration once fewer are left. A finite space up to ``LIST_LIMIT`` is listed and its encodings
   computed once; beyond, the draw samples the space.
-On a finite space beyond ``LIST_LIMIT`` (and wherever it is set), once the search stalls
-(``revisit_after`` evaluations without a new best), every ``revisit_every``-th ask is not the model's:
-it is the incumbent's unmeasured one-option neighbour whose new value has been measured least often. An ARD kernel writes an option off after two measurements and then predicts,
-confidently, that it does not matter (7z's compression method: BO stuck in 15 of 100 seeds); a value
-measured that rarely is measured again, where the incumbent shows it at its best. On a listed space
-(BDBC) the same revisits cost seeds, so there it is off unless set.
+On a finite space beyond ``LIST_LIMIT`` (7z; also ``storage_v2``, 400,320 configurations), and wherever
+it is set, once the search stalls (``revisit_after`` evaluations without a new best), every
+``revisit_every``-th ask is not the model's: it is the incumbent's unmeasured one-option neighbour whose
+new value has been measured least often. An ARD kernel writes an option off after two measurements and
+then predicts, confidently, that it does not matter (7z's compression method: BO stuck in 15 of 100
+seeds without revisits, in none with them); a value measured that rarely is measured again, where the
+incumbent shows it at its best. On a listed space (BDBC) the same revisits cost seeds, so there it is
+off unless set.
 """
 
 from __future__ import annotations
@@ -257,10 +259,13 @@ class BayesianOptimization(Tuner):
             return [self._members[i] for i in free], self._encoded[free]
         out = list(dict.fromkeys(self._local()))
         seen = set(out)
-        for _ in range(3):  # up to three rounds of draws, as many as are missing each
-            if len(out) >= limit:
+        drawn = 0  # valid configurations drawn, at most 3 * limit; each batch is what is still missing, so
+        while len(out) < limit and drawn < 3 * limit:  # the draws are those of one at a time, to the same end
+            batch = self.space.sample_many(self.rng, min(limit - len(out), 3 * limit - drawn))
+            if not batch:  # every row of it forbidden
                 break
-            for c in self.space.sample_many(self.rng, limit - len(out)):
+            drawn += len(batch)
+            for c in batch:
                 if c not in seen and not self.known(c):
                     out.append(c)
                     seen.add(c)
