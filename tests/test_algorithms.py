@@ -308,7 +308,8 @@ def test_bo_revisits_on_a_device_space_too_large_to_list():
     """storage_v2 (400,320 configurations, with forbidden combinations) is beyond ``LIST_LIMIT``, so BO
     samples its candidates there and, by default, revisits once stalled: its asks stay valid, new and
     within the space's rules, and some of them are revisits."""
-    from search_spaces import config_hash, load_space
+    from search_spaces import load_space
+    from test_tuner_contract import toy_loss
     from tuner.bayes import LARGE_SPACE_REVISIT_AFTER, LIST_LIMIT
 
     space = load_space("storage_v2")
@@ -322,5 +323,5 @@ def test_bo_revisits_on_a_device_space_too_large_to_list():
         config = tuner.ask(1)[0]
         assert space.validate(config) == config and config not in asked
         asked.append(config)
-        tuner.tell(config, int(config_hash(config), 16) % 1000 / 1000)  # a deterministic, rugged loss
+        tuner.tell(config, toy_loss(config))
     assert any(r is not None for r in revisits)

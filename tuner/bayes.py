@@ -259,8 +259,10 @@ class BayesianOptimization(Tuner):
             return [self._members[i] for i in free], self._encoded[free]
         out = list(dict.fromkeys(self._local()))
         seen = set(out)
-        drawn = 0  # valid configurations drawn, at most 3 * limit; each batch is what is still missing, so
-        while len(out) < limit and drawn < 3 * limit:  # the draws are those of one at a time, to the same end
+        # at most 3 * limit valid draws, as one at a time; each batch asks only for what is still missing,
+        # so on a table the draws are exactly those of one at a time
+        drawn = 0
+        while len(out) < limit and drawn < 3 * limit:
             batch = self.space.sample_many(self.rng, min(limit - len(out), 3 * limit - drawn))
             if not batch:  # every row of it forbidden
                 break
