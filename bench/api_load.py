@@ -1,6 +1,6 @@
 """Benchmark: the REST service under concurrent readers, against optuna-dashboard serving the same trials.
 
-    .venv/bin/pip install -e '.[test,bench]'  # httpx (the clients); Optuna and optuna-dashboard, the peer
+    .venv/bin/pip install -e '.[test,bench]'  # httpx2 (the clients); Optuna and optuna-dashboard, the peer
     .venv/bin/python bench/api_load.py [--trials 10000] [--clients 8] [--seconds 10] [--max-requests 20000]
                                        [--keep DIR] [--json]
 
@@ -16,7 +16,7 @@ What it does, all in a temporary directory (kept, in DIR, with --keep):
 2. Servers. `storetune serve` on that history, and the peer `optuna-dashboard` (its own command, with
    its threaded wsgiref server: what it picks when gunicorn is absent) on the Optuna study, each a
    subprocess on a free loopback port, access logs off; waits until both answer.
-3. Load. Per endpoint, --clients threads, each with its own httpx client on 127.0.0.1, send requests
+3. Load. Per endpoint, --clients threads, each with its own httpx2 client on 127.0.0.1, send requests
    back to back for --seconds or until --max-requests requests (a hard cap per endpoint), after a
    checked warm-up request. StoreTune's endpoints and the closest peer call for each:
      GET /campaigns/{id}                      <-> GET /api/studies/{id}?after={N}
@@ -185,16 +185,16 @@ def stop(proc: subprocess.Popen | None) -> None:
         pass
 
 
-def wait_ready(httpx: Any, proc: subprocess.Popen, base: str, path: str, log: Path, timeout_s: float = 90) -> float:
+def wait_ready(httpx2: Any, proc: subprocess.Popen, base: str, path: str, log: Path, timeout_s: float = 90) -> float:
     started = time.monotonic()
-    with httpx.Client(base_url=base, timeout=5) as client:
+    with httpx2.Client(base_url=base, timeout=5) as client:
         while time.monotonic() - started < timeout_s:
             if proc.poll() is not None:
                 raise SystemExit(f"{base} exited with {proc.returncode} before answering:\n{tail(log)}")
             try:
                 if client.get(path).status_code == 200:
                     return time.monotonic() - started
-            except httpx.TransportError:
+            except httpx2.TransportError:
                 pass
             time.sleep(0.2)
     raise SystemExit(f"{base}{path} did not answer within {timeout_s:.0f} s:\n{tail(log)}")
@@ -208,7 +208,7 @@ def tail(log: Path, lines: int = 20) -> str:
 
 
 # --- 3. load ---------------------------------------------------------------------------------------
-def load(httpx: Any, base: str, endpoint: Endpoint, clients: int, seconds: float, max_requests: int,
+def load(httpx2: Any, base: str, endpoint: Endpoint, clients: int, seconds: float, max_requests: int,
          seed: int) -> Load:
     result = Load()
     lock = threading.Lock()
@@ -219,7 +219,7 @@ def load(httpx: Any, base: str, endpoint: Endpoint, clients: int, seconds: float
         rng = np.random.default_rng([seed, index])
         latencies: list[float] = []
         errors, first_error = 0, None
-        with httpx.Client(base_url=base, timeout=60) as http:
+        with httpx2.Client(base_url=base, timeout=60) as http:
             go.wait()
             deadline = time.perf_counter() + seconds
             while time.perf_counter() < deadline:
@@ -233,7 +233,7 @@ def load(httpx: Any, base: str, endpoint: Endpoint, clients: int, seconds: float
                     r = http.get(path)
                     ok = r.status_code == 200
                     problem = None if ok else f"{path}: HTTP {r.status_code} {r.text[:200]}"
-                except httpx.HTTPError as e:
+                except httpx2.HTTPError as e:
                     ok, problem = False, f"{path}: {type(e).__name__}: {e}"
                 if ok:
                     latencies.append((time.perf_counter() - sent) * 1000)
@@ -340,9 +340,9 @@ def main() -> None:
     if not DATASET.exists():
         raise SystemExit(f"{DATASET} is missing: this benchmark needs ../shared/datasets beside the repository")
     try:
-        import httpx
+        import httpx2
     except ImportError:
-        raise SystemExit("httpx is not installed: .venv/bin/pip install -e '.[test,bench]'") from None
+        raise SystemExit("httpx2 is not installed: .venv/bin/pip install -e '.[test,bench]'") from None
 
     load1, load5, load15 = os.getloadavg()
     print(f"machine load: {load1:.2f} {load5:.2f} {load15:.2f} (1/5/15 min) on {os.cpu_count()} cores; the clients "
@@ -389,8 +389,8 @@ def main() -> None:
         peer_proc = start([tool("optuna-dashboard"), peer_url, "--host", HOST, "--port", str(peer_port),
                            "--server", "wsgiref", "--quiet"], peer_log)
         bases = {"storetune": f"http://{HOST}:{ours_port}", "peer": f"http://{HOST}:{peer_port}"}
-        ours_up = wait_ready(httpx, ours_proc, bases["storetune"], "/health", ours_log)
-        peer_up = wait_ready(httpx, peer_proc, bases["peer"], "/api/meta", peer_log)
+        ours_up = wait_ready(httpx2, ours_proc, bases["storetune"], "/health", ours_log)
+        peer_up = wait_ready(httpx2, peer_proc, bases["peer"], "/api/meta", peer_log)
         print(f"\n== servers: storetune serve on {bases['storetune']} (up in {ours_up:.1f} s), "
               f"optuna-dashboard on {bases['peer']} (threaded wsgiref, up in {peer_up:.1f} s)", flush=True)
 
@@ -400,7 +400,7 @@ def main() -> None:
         print(f"{'endpoint':<58}{'p50 ms':>9}{'p99 ms':>10}{'req/s':>9}{'errors':>8}{'requests':>10}", flush=True)
         results: dict[str, Any] = {}
         for i, e in enumerate(endpoints(campaign_id, study_id, n)):
-            with httpx.Client(base_url=bases[e.side], timeout=120) as warm:
+            with httpx2.Client(base_url=bases[e.side], timeout=120) as warm:
                 started = time.perf_counter()
                 r = warm.get(e.path(np.random.default_rng(0)))
                 first_ms = 1000 * (time.perf_counter() - started)
@@ -408,7 +408,7 @@ def main() -> None:
                     raise SystemExit(f"warm-up {e.label}: HTTP {r.status_code} {r.text[:300]}")
                 seen = e.check(r.json())
                 size = len(r.content)
-            s = load(httpx, bases[e.side], e, args.clients, args.seconds, args.max_requests, args.seed + i).summary()
+            s = load(httpx2, bases[e.side], e, args.clients, args.seconds, args.max_requests, args.seed + i).summary()
             s.update(side=e.side, pair=e.pair, checked=seen, response_bytes=size, first_ms=first_ms)
             results[e.label] = s
             name = ("storetune " if e.side == "storetune" else "  peer    ") + e.label

@@ -125,7 +125,7 @@ def main() -> None:
     print(f"machine load: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min) on {os.cpu_count()} cores",
           flush=True)
     report: dict[str, Any] = {"sizes": {}}
-    import httpx
+    import httpx2
 
     root = Path(tempfile.mkdtemp(prefix="storetune-report-"))
     served_url = f"sqlite:///{root / 'ours.sqlite'}"  # every size's campaign, behind one running service
@@ -134,7 +134,7 @@ def main() -> None:
                        "--log-level", "warning"], root / "serve.log", {**os.environ, "STORETUNE_DATABASE_URL": served_url})
     driver = browser()
     try:
-        wait_ready(httpx, ours_proc, f"http://127.0.0.1:{port}", "/health", root / "serve.log")
+        wait_ready(httpx2, ours_proc, f"http://127.0.0.1:{port}", "/health", root / "serve.log")
         print(f"{'':>8}{'self-contained file':^30}{'served':^20}{'optuna-dashboard':^18}", flush=True)
         print(f"{'trials':>8}{'build s':>10}{'render s':>10}{'total s':>10}{'total s':>10}{'/ peer':>10}"
               f"{'render s':>18}{'file MB':>9}", flush=True)
@@ -158,7 +158,7 @@ def main() -> None:
                 peer_port = free_port()
                 peer_proc = start([tool("optuna-dashboard"), peer_url, "--host", "127.0.0.1", "--port", str(peer_port),
                                    "--server", "wsgiref", "--quiet"], work / "peer.log")
-                wait_ready(httpx, peer_proc, f"http://127.0.0.1:{peer_port}", "/api/meta", work / "peer.log")
+                wait_ready(httpx2, peer_proc, f"http://127.0.0.1:{peer_port}", "/api/meta", work / "peer.log")
                 theirs = render(driver, f"http://127.0.0.1:{peer_port}/dashboard/studies/{study_id}", expect_all=False,
                                 timeout=args.peer_timeout)
                 total = build + (ours or float("nan"))

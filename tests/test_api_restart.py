@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from conftest import ROOT, STORETUNE
@@ -93,7 +93,7 @@ class Service:
             self.process = subprocess.Popen([*STORETUNE, "serve", "--host", "127.0.0.1", "--port", str(self.port),
                                              "--db", db, "--log-level", "warning"],
                                             env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        self.client = httpx2.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
         deadline = time.monotonic() + 30
         while True:
             if self.process.poll() is not None:
@@ -101,7 +101,7 @@ class Service:
             try:
                 if self.client.get("/health").status_code == 200:
                     return
-            except httpx.TransportError:
+            except httpx2.TransportError:
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"storetune serve did not answer /health within 30 s:\n{self.output()}")

@@ -116,21 +116,21 @@ def test_a_running_campaign_s_report_updates_itself(browser, tmp_path, bdbc):
     service = subprocess.Popen([*STORETUNE, "serve", "--port", str(port), "--log-level", "warning"], env=env,
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        import httpx
+        import httpx2
 
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{base}/health").status_code == 200:
+                if httpx2.get(f"{base}/health").status_code == 200:
                     break
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 pass
             assert time.monotonic() < deadline and service.poll() is None
             time.sleep(0.2)
-        campaign = httpx.post(f"{base}/campaigns", json={"runner": "dataset", "runner_settings": {
+        campaign = httpx2.post(f"{base}/campaigns", json={"runner": "dataset", "runner_settings": {
             "dataset": str(bdbc)}, "algorithm": "random", "budget": 2500, "seed": 1}).json()
-        while httpx.get(f"{base}/campaigns/{campaign['id']}").json()["progress"]["evaluated"] < 30:
+        while httpx2.get(f"{base}/campaigns/{campaign['id']}").json()["progress"]["evaluated"] < 30:
             assert time.monotonic() < deadline
             time.sleep(0.2)
         check_page(browser, f"{base}/campaigns/{campaign['id']}/report", tmp_path / "live.png", CAMPAIGN_CHARTS)
@@ -144,7 +144,7 @@ def test_a_running_campaign_s_report_updates_itself(browser, tmp_path, bdbc):
         later = browser.execute_script(last_evaluation)
         assert later > first  # it redrew with the trials measured since
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-        assert httpx.get(f"{base}/campaigns/999/report").status_code == 404
+        assert httpx2.get(f"{base}/campaigns/999/report").status_code == 404
     finally:
         os.killpg(service.pid, signal.SIGINT)
         try:
