@@ -73,15 +73,12 @@ class Params:
     # synthetic table at no cost on BDBC, but not 7z's (7 -> 10 of 40): an option, off (0) by default (README)
     doubt_after: Annotated[int, Field(ge=0)] = 0
     doubt_length_scale: Annotated[float, Field(gt=0)] = 2.0
-    # after this many evaluations without a new best, every ``revisit_every``-th ask is the incumbent's
-    # unmeasured one-option neighbour whose new value was measured least often (0: never). At 10 it freed
-    # all 15 of 100 stuck 7z seeds but left 3 of 100 BDBC seeds stuck where none were, so unset it is a
-    # rule of the space: on where BO samples a finite space's candidates, off where it lists the space
-    # (README, "BO's stalls on 7z")
+    # At 10 it freed all 15 of 100 stuck 7z seeds but left 3 of 100 BDBC seeds stuck where none were, so
+    # unset it is a rule of the space (README, "BO's stalls on 7z")
     revisit_after: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="evaluations without a new best before every revisit_every-th ask revisits "
-        "a rarely measured value next to the best (0: never; unset: 10 on a finite space of more than "
-        "50,000 configurations, else 0)")
+        f"a rarely measured value next to the best (0: never; unset: {LARGE_SPACE_REVISIT_AFTER} on a finite "
+        f"space of more than {LIST_LIMIT:,} configurations, else 0)")
     revisit_every: Annotated[int, Field(ge=1)] = 2
 
 
