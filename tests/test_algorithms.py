@@ -159,6 +159,11 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
     assert make_tuner("auto", large, seed=0, direction="min", params={"patience": 30}).patience == 30
     with pytest.raises(ValueError, match="not among the members"):
         make_tuner("auto", runner.space, seed=0, direction="min", params={"members": "ga,sa", "lead": "bo"})
+    greedy = make_tuner("auto", runner.space, seed=0, direction="min", params={"bo_acq": "PI"})
+    assert [m.params.acq for m in greedy.members if m.name == "bo"] == ["PI"]
+    assert [m.params.acq for m in tuner.members if m.name == "bo"] == ["EI"]
+    with pytest.raises(ValueError, match="bo_acq"):
+        make_tuner("auto", runner.space, seed=0, direction="min", params={"bo_acq": "UCB"})
 
 
 def replay_bo(space, means, targets, *, seed, params, budget):

@@ -20,7 +20,7 @@ one ask/tell.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -51,6 +51,8 @@ class Params:
     model_limit: Annotated[int, Field(ge=1)] = 500
     # the reward: 1 for beating this share of earlier results (1: the share beaten itself)
     top: Annotated[float, Field(gt=0, le=1)] = 1.0
+    # BO's acquisition as a member. PI is greedier than EI: alone it stalls more often, which the bandit frees
+    bo_acq: Literal["EI", "PI", "LCB"] = "EI"
 
     @field_validator("members")
     @classmethod
@@ -79,7 +81,9 @@ class Portfolio(Tuner):
 
         self.names = self.params.members.split(",")
         self.members: list[Tuner] = [
-            make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min") for i, name in enumerate(self.names)
+            make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min",
+                       params={"acq": self.params.bo_acq} if name == "bo" else None)
+            for i, name in enumerate(self.names)
         ]
         lead = self.params.lead
         if lead == "auto":
