@@ -51,7 +51,7 @@ class Params:
     model_limit: Annotated[int, Field(ge=1)] = 500
     # the reward: 1 for beating this share of earlier results (1: the share beaten itself)
     top: Annotated[float, Field(gt=0, le=1)] = 1.0
-    # BO's acquisition as a member. PI is greedier than EI: alone it stalls more often, which the bandit frees
+    # BO's acquisition as a member; PI as the lead's was tried and not kept (README, "A greedier lead")
     bo_acq: Literal["EI", "PI", "LCB"] = "EI"
 
     @field_validator("members")
