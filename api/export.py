@@ -11,7 +11,8 @@ from typing import Any
 
 def write_comparison(out: Path, results: Mapping[str, Any], runs: Mapping[str, Sequence[Any]]) -> list[Path]:
     """summary.json, success.csv (share of seeds near-optimal by evaluation k), instant.csv (mean
-    table value of the k-th evaluation), evaluations.csv (per seed), diversity.csv (GA variants)."""
+    table value of the k-th evaluation; not when each seed stopped at its first near-optimal
+    configuration), evaluations.csv (per seed), diversity.csv (GA variants)."""
     out.mkdir(parents=True, exist_ok=True)
     algorithms = results["algorithms"]
     labels = list(algorithms)
@@ -30,7 +31,9 @@ def write_comparison(out: Path, results: Mapping[str, Any], runs: Mapping[str, S
     table("success.csv", ["k", "random_expected", *labels],
           [[k + 1, results["random_expected_success_at"][k], *(algorithms[a]["success_at"][k] for a in labels)]
            for k in range(budget)])
-    table("instant.csv", ["k", *labels], [[k + 1, *(algorithms[a]["instant_mean"][k] for a in labels)] for k in range(budget)])
+    if not results.get("stop_at_near_optimal"):  # seeds stopped early have no value at every k
+        table("instant.csv", ["k", *labels],
+              [[k + 1, *(algorithms[a]["instant_mean"][k] for a in labels)] for k in range(budget)])
     table("evaluations.csv", ["algorithm", "seed", "campaign", "evals_to_near_optimal"],
           [[label, r.seed, r.campaign_id, e] for label in labels
            for r, e in zip(sorted(runs[label], key=lambda r: r.seed), algorithms[label]["evals_to_near_optimal"])])

@@ -38,6 +38,10 @@ def compare(
     direction: Annotated[Optional[str], typer.Option(help="min or max (default: from the table).")] = None,
     repeats: Annotated[int, typer.Option(help="Measurements per configuration.")] = 1,
     first_seed: Annotated[int, typer.Option(help="Seeds run from this one.")] = 0,
+    stop_at_near_optimal: Annotated[bool, typer.Option(
+        "--stop-at-near-optimal", help="Stop each seed at its first near-optimal configuration: evaluations to "
+        "near-optimal and success rates stay exact and cost far less; the best mean at budget and the "
+        "instantaneous curves need the whole budget and are left out.")] = False,
     workers: Annotated[int, typer.Option(help="Seeds run at once, in worker processes or Ray tasks (default: one "
                                               "per core, or the Ray cluster's CPUs).")] = 0,
     executor_kind: ExecutorOpt = None,
@@ -55,7 +59,7 @@ def compare(
         runner_settings=table_settings(dataset, context, metric),
         variants=tuple(Variant.parse_list(algorithms)),
         seeds=seeds, budget=budget, within=within, repeats=repeats, metric=metric,
-        direction=direction, first_seed=first_seed,
+        direction=direction, first_seed=first_seed, stop_at_near_optimal=stop_at_near_optimal,
     )
     executor = executor_for(executor_kind, workers or None, max_retries)
     executor.start()  # join the cluster before the comparison is recorded: a refusal leaves nothing behind

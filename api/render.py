@@ -98,6 +98,8 @@ def comparison_table(results: dict) -> Table:
         f"comparison {results['comparison']} on {results['dataset']}: {results['seeds']} seeds x {budget} evaluations; "
         f"near-optimal = within {results['within']:g} of the best, {results['near_optimal']} of "
         f"{results['configurations']} configurations ({100 * results['near_optimal_share']:.2f}%)"
+        + ("; each seed stopped at its first near-optimal configuration" if results.get("stop_at_near_optimal")
+           else "")
     )
     table = Table(title=title, title_justify="left")
     table.add_column("algorithm")

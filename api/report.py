@@ -203,6 +203,14 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         go.Figure(traces, layout=_layout(f"Success rate: a configuration within {within:g} of the best found",
                                          "evaluations", "share of seeds", yaxis_range=[0, 1.02])),
         "Higher and further left is better; the dashed line is what random search achieves, computed exactly.")
+    figures["evals"] = _figure(
+        go.Figure([go.Box(y=a["evals_to_near_optimal"], name=label, boxpoints="outliers")
+                   for label, a in algorithms.items()],
+                  layout=_layout("Evaluations to a near-optimal configuration", "algorithm",
+                                 "evaluations (budget + 1: never within the budget)")),
+        "Lower is better; a box pressed against the top never found one within the budget.")
+    if data["settings"].get("stop_at_near_optimal"):  # a stopped seed has no k-th value, nor a best at every k
+        return figures
     figures["best_so_far"] = _figure(
         go.Figure([go.Scatter(x=list(range(1, len(c) + 1)), y=c, mode="lines", name=label)
                    for label, c in data["best_so_far"].items()],
@@ -215,12 +223,6 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                   layout=_layout("Instantaneous value: the table mean of the k-th evaluation, averaged over seeds",
                                  "evaluations", f"{metric} ({better} is better)", data["log_scale"])),
         "What production suffers while each algorithm tunes: an algorithm that explores wildly pays here.")
-    figures["evals"] = _figure(
-        go.Figure([go.Box(y=a["evals_to_near_optimal"], name=label, boxpoints="outliers")
-                   for label, a in algorithms.items()],
-                  layout=_layout("Evaluations to a near-optimal configuration", "algorithm",
-                                 "evaluations (budget + 1: never within the budget)")),
-        "Lower is better; a box pressed against the top never found one within the budget.")
     return figures
 
 
@@ -275,6 +277,10 @@ def comparison_tables(data: dict[str, Any]) -> str:
     out = [f"<p>{e(str(s.get('seeds')))} seeds x {e(str(s.get('budget')))} evaluations of "
            f"{e(', '.join(s.get('variants', [])))}; state {e(data['state'])}"
            + (f" ({e(data['note'])})" if data["note"] else "") + ".</p>"]
+    if s.get("stop_at_near_optimal"):
+        out.append("<p>Each seed stopped at its first near-optimal configuration: evaluations to near-optimal and "
+                   "success rates are exact; the best-so-far and instantaneous curves, and the best mean at budget, "
+                   "need every budget spent and are not drawn.</p>")
     if data["empty"]:
         out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')
     if data["algorithms"]:

@@ -191,6 +191,10 @@ class ComparisonCreate(BaseModel):
     first_seed: int = Field(0, ge=0, lt=2**62)
     metric: str | None = None
     direction: Literal["min", "max"] | None = None
+    stop_at_near_optimal: bool = Field(False, description=(
+        "Stop each seed at its first near-optimal configuration: evaluations to near-optimal and success rates "
+        "stay exact, and a seed costs only what it needed; the best mean at budget and the instantaneous "
+        "curves need every budget spent and are null."))
 
 
 class ComparisonPublic(BaseModel):

@@ -152,6 +152,12 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         assert all(len(a["success_at"]) == 20 for a in done["results"]["algorithms"].values())
         assert done["campaigns"] == 4
         assert client.get("/comparisons").json()["total"] == 1
+        stopping = client.post("/comparisons", json={"dataset": [str(bdbc)], "algorithms": ["random"], "seeds": 2,
+                                                     "budget": 20, "stop_at_near_optimal": True})
+        assert stopping.status_code == 201 and stopping.json()["settings"]["stop_at_near_optimal"] is True
+        stopped = wait_for(client, f"/comparisons/{stopping.json()['id']}", ("finished",))
+        assert stopped["results"]["stop_at_near_optimal"] is True
+        assert stopped["results"]["algorithms"]["random"]["instant_mean"] is None
 
 
 def test_tables_read_with_a_warning_say_so_in_the_response_that_created_the_run(sqlite_url, tmp_path):

@@ -132,3 +132,49 @@ def test_two_tables_compared_as_one_are_warned_about_once(sqlite_url, bowl, tmp_
                    "--seeds", "4", "--budget", "5", "--workers", "2", db=sqlite_url, check=True)
     lines = [line for line in proc.stderr.splitlines() if "configurations appear in more than one" in line]
     assert len(lines) == 1 and lines[0].startswith("warning: 128 of 128 configurations"), proc.stderr
+
+
+def test_seeds_stopped_at_their_first_near_optimal_give_the_same_counts(sqlite_url, bowl):
+    """--stop-at-near-optimal: each campaign ends at its first hit, and every evaluation count and
+    success rate is what the full budget gives; the figures that need the whole budget are None."""
+    from api.report import comparison_figures, comparison_tables
+    from tuner.report import comparison_data
+
+    history = History(sqlite_url)
+    full = Comparison.create(history, spec(bowl, "random,sa", seeds=8, budget=60)).run(LocalExecutor())
+    stopping = Comparison.create(history, spec(bowl, "random,sa", seeds=8, budget=60, stop_at_near_optimal=True))
+    short = stopping.run(ProcessExecutor(2))  # the near-optimal set travels to the worker processes
+    assert short["stop_at_near_optimal"] and not full["stop_at_near_optimal"]
+    for label in ("random", "sa"):
+        a, b = full["algorithms"][label], short["algorithms"][label]
+        for key in ("evals_to_near_optimal", "success_at", "median_evals_to_near_optimal", "censored"):
+            assert a[key] == b[key], (label, key)
+        assert (b["best_mean_at_budget"], b["instant_mean"], b["ask_tell_ms_at_budget"]) == (None, None, None)
+        assert a["best_mean_at_budget"] is not None and len(a["instant_mean"]) == 60
+    evals = {(r.variant.label, r.seed): e for label, runs in stopping.runs.items()
+             for r, e in zip(sorted(runs, key=lambda r: r.seed), short["algorithms"][label]["evals_to_near_optimal"])}
+    assert any(e <= 60 for e in evals.values()) and any(e > 60 for e in evals.values())  # both kinds of seed
+    campaigns = {c.id: c for c in history.campaigns() if c.comparison_id == stopping.id}
+    for label, runs in stopping.runs.items():
+        for r in runs:
+            e, record = evals[(label, r.seed)], campaigns[r.campaign_id]
+            assert len(history.trials(r.campaign_id)) == min(e, 60)
+            if e < 60:
+                assert record.note == f"stopped at its first near-optimal configuration, evaluation {e} of 60"
+            else:
+                assert record.note is None
+    assert Comparison.load(history, stopping.id).spec.stop_at_near_optimal
+    data = comparison_data(history, stopping.id)
+    assert data["best_so_far"] == {}
+    assert set(comparison_figures(data)) == {"success", "evals"}  # no curve that needs every budget
+    assert "stopped at its first near-optimal configuration" in comparison_tables(data)
+    assert {"success", "evals", "best_so_far", "instant"} <= set(comparison_figures(comparison_data(history, full["comparison"])))
+
+
+def test_compare_command_stopping_at_near_optimal(sqlite_url, bowl, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("compare", "--dataset", str(bowl), "--algorithms", "random", "--seeds", "3", "--budget", "10",
+                   "--stop-at-near-optimal", "--out", str(out), db=sqlite_url, check=True)
+    assert "each seed stopped at its first near-optimal configuration" in " ".join(proc.stdout.split())
+    assert {p.name for p in out.iterdir()} == {"summary.json", "success.csv", "evaluations.csv"}  # no instant.csv
+    assert json.loads((out / "summary.json").read_text())["stop_at_near_optimal"] is True

@@ -20,7 +20,7 @@ from tuner.analysis import best_trial, json_safe
 from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
 from tuner.executor import Executor, LocalExecutor, worker_runner
 from tuner.history import History
-from tuner.loop import MemoryStore, run_loop
+from tuner.loop import MemoryStore, TrialResult, run_loop
 from tuner.models import utcnow
 from tuner.objective import Objective
 from tuner.views import TrialView
@@ -73,6 +73,10 @@ class CompareSpec:
     metric: str | None = None
     direction: str | None = None
     first_seed: int = 0
+    # each seed stops at its first near-optimal configuration: evaluations to near-optimal and the
+    # success curve stay exact (a later evaluation cannot change the first hit), the figures that need
+    # the whole budget (best mean at budget, instantaneous values, ask+tell at the budget's end) are None
+    stop_at_near_optimal: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class SeedTask:
     budget: int
     repeats: int
     objective: Objective
+    targets: frozenset[Config] | None = None  # stop at the first of these (``stop_at_near_optimal``)
 
 
 @dataclass
@@ -94,6 +99,7 @@ class SeedRun:
     overhead_s: list[float]
     diversity: list[float] | None = None
     campaign_id: int | None = None
+    note: str | None = None  # why the campaign ended before its budget
 
 
 def run_seed(task: SeedTask) -> SeedRun:
@@ -102,9 +108,20 @@ def run_seed(task: SeedTask) -> SeedRun:
     tuner = make_tuner(task.variant.algorithm, runner.space, seed=task.seed, direction=task.objective.direction,
                        params=dict(task.variant.params), target=task.target)
     store = MemoryStore()
+    hit: list[int] = []  # the evaluation that measured the first target
+
+    def on_trial(result: TrialResult) -> None:
+        if not hit and task.targets is not None and result.config in task.targets:
+            hit.append(result.evaluated)
+
     outcome = run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=task.objective, store=store,
-                       budget=task.budget, repeats=task.repeats, batch_size=1, seed=task.seed)
-    return SeedRun(task.variant, task.seed, store.trials(measurements=True), outcome.overhead_s, getattr(tuner, "diversity", None))
+                       budget=task.budget, repeats=task.repeats, batch_size=1, seed=task.seed,
+                       on_trial=on_trial, stop=(lambda: bool(hit)) if task.targets is not None else None)
+    note = outcome.note
+    if outcome.stopped:
+        note = f"stopped at its first near-optimal configuration, evaluation {hit[0]} of {task.budget}"
+    return SeedRun(task.variant, task.seed, store.trials(measurements=True), outcome.overhead_s,
+                   getattr(tuner, "diversity", None), note=note)
 
 
 class Comparison:
@@ -144,6 +161,7 @@ class Comparison:
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
             "variant_params": [[v.algorithm, [list(p) for p in v.params]] for v in spec.variants],
             "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
+            "stop_at_near_optimal": spec.stop_at_near_optimal,
         }
         record = history.create_comparison(workload_name=runner.workload.name, runner_settings=runner.settings(),
                                            settings=settings, origin=origin, state=state)
@@ -160,6 +178,7 @@ class Comparison:
             seeds=settings["seeds"], budget=settings["budget"], within=settings["within"],
             repeats=settings["repeats"], metric=settings["objective"]["metric"],
             direction=settings["objective"]["direction"], first_seed=settings["first_seed"],
+            stop_at_near_optimal=settings.get("stop_at_near_optimal", False),  # not recorded before it existed
         )
         runner, objective = cls.prepare(spec)
         return cls(history, spec, comparison_id, runner, objective, record.origin)
@@ -168,8 +187,9 @@ class Comparison:
         executor = executor or LocalExecutor()
         spec = self.spec
         seeds = range(spec.first_seed, spec.first_seed + spec.seeds)
+        targets = frozenset(self.targets) if spec.stop_at_near_optimal else None
         tasks = [SeedTask(self.runner.settings(), v, algorithm_target(v.algorithm), s, spec.budget, spec.repeats,
-                          self.objective) for s in seeds for v in spec.variants]
+                          self.objective, targets) for s in seeds for v in spec.variants]
         runs: dict[str, list[SeedRun]] = {v.label: [] for v in spec.variants}
         self.history.transition_comparison(self.id, ["queued"], state="running")
         try:
@@ -198,7 +218,7 @@ class Comparison:
             device=getattr(runner, "device", runner.name), algorithm=run.variant.algorithm,
             algorithm_params=dict(run.variant.params), objective_metric=self.objective.metric,
             objective_direction=self.objective.direction, budget=self.spec.budget, seed=run.seed,
-            repeats=self.spec.repeats, batch_size=1, comparison_id=self.id, origin=self.origin,
+            repeats=self.spec.repeats, batch_size=1, comparison_id=self.id, origin=self.origin, note=run.note,
         )
         return self.history.write_campaign(fields, run.trials)
 
@@ -214,6 +234,7 @@ class Comparison:
             "seeds": self.spec.seeds,
             "within": self.spec.within,
             "configurations": size,
+            "stop_at_near_optimal": self.spec.stop_at_near_optimal,
             "near_optimal": len(self.targets),
             "near_optimal_share": len(self.targets) / size,
             # random draws from every configuration, also those the table records as failures
@@ -227,9 +248,6 @@ class Comparison:
         evaluated = [[Config(t.config) for t in r.trials if Status(t.status).terminal] for r in runs]
         hits = [evaluations_to_hit(e, self.targets) for e in evaluated]
         to_target = EvaluationsToTarget.of(hits, budget)
-        instant = np.full((len(runs), budget), np.nan)
-        for i, configs in enumerate(evaluated):
-            instant[i, : len(configs)] = [self.means.get(c, np.nan) for c in configs]
         overhead = [r.overhead_s for r in runs]
         out: dict[str, Any] = {
             "algorithm": runs[0].variant.algorithm,
@@ -239,13 +257,23 @@ class Comparison:
             "evals_p75": to_target.p75,
             "censored": to_target.censored,
             "success_at": success_curve(hits, budget),
-            "best_mean_at_budget": float(np.median([self._best_mean(r) for r in runs])),
-            "instant_mean": [_finite(v) for v in np.nanmean(np.where(np.isnan(instant), np.nan, instant), axis=0)],
+            # these need every seed's whole budget: None when the seeds that hit stopped there
+            "best_mean_at_budget": None,
+            "instant_mean": None,
             "ask_tell_ms": 1000 * float(np.mean([np.mean(o) for o in overhead if o])),
-            "ask_tell_ms_at_budget": 1000 * float(np.mean([np.mean(o[-OVERHEAD_WINDOW:]) for o in overhead if o])),
+            "ask_tell_ms_at_budget": None,
             "evals_to_near_optimal": [budget + 1 if h is None else h for h in hits],
         }
         out["success_at_budget"] = out["success_at"][-1]
+        if not self.spec.stop_at_near_optimal:
+            instant = np.full((len(runs), budget), np.nan)
+            for i, configs in enumerate(evaluated):
+                instant[i, : len(configs)] = [self.means.get(c, np.nan) for c in configs]
+            out.update(
+                best_mean_at_budget=float(np.median([self._best_mean(r) for r in runs])),
+                instant_mean=[_finite(v) for v in np.nanmean(instant, axis=0)],
+                ask_tell_ms_at_budget=1000 * float(np.mean([np.mean(o[-OVERHEAD_WINDOW:]) for o in overhead if o])),
+            )
         diversity = [r.diversity for r in runs if r.diversity]
         if diversity:
             generations = min(len(d) for d in diversity)

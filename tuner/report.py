@@ -80,7 +80,9 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
     objective = record.settings.get("objective", {})
     direction = objective.get("direction", "min")
     best_so_far: dict[str, list[float | None]] = {}
-    for label, campaigns in _seed_campaigns(history, comparison_id).items():
+    # seeds stopped at their first near-optimal configuration have no best beyond it: no curve
+    stopped = record.settings.get("stop_at_near_optimal", False)
+    for label, campaigns in ({} if stopped else _seed_campaigns(history, comparison_id)).items():
         curves = []
         for campaign_id in campaigns:
             curve = convergence(history.outcomes(campaign_id), direction).best

@@ -60,7 +60,7 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
         raise Refused(("body", "algorithms"), str(e)) from None
     spec = CompareSpec(runner_settings=values, variants=variants, seeds=body.seeds, budget=body.budget,
                        within=body.within, repeats=body.repeats, metric=body.metric, direction=body.direction,
-                       first_seed=body.first_seed)
+                       first_seed=body.first_seed, stop_at_near_optimal=body.stop_at_near_optimal)
     try:
         comparison = Comparison.create(svc.history, spec, origin="api", state="queued")
     except HyperparameterError as e:
