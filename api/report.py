@@ -203,26 +203,25 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         go.Figure(traces, layout=_layout(f"Success rate: a configuration within {within:g} of the best found",
                                          "evaluations", "share of seeds", yaxis_range=[0, 1.02])),
         "Higher and further left is better; the dashed line is what random search achieves, computed exactly.")
+    if not data["settings"].get("stop_at_near_optimal"):  # a stopped seed has no k-th value, nor a best at every k
+        figures["best_so_far"] = _figure(
+            go.Figure([go.Scatter(x=list(range(1, len(c) + 1)), y=c, mode="lines", name=label)
+                       for label, c in data["best_so_far"].items()],
+                      layout=_layout("Median best-so-far over seeds", "evaluations", f"{metric} ({better} is better)",
+                                     data["log_scale"])),
+            "How good the best configuration found so far is, for a typical seed.")
+        figures["instant"] = _figure(
+            go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
+                                  name=label) for label, a in algorithms.items()],
+                      layout=_layout("Instantaneous value: the table mean of the k-th evaluation, averaged over seeds",
+                                     "evaluations", f"{metric} ({better} is better)", data["log_scale"])),
+            "What production suffers while each algorithm tunes: an algorithm that explores wildly pays here.")
     figures["evals"] = _figure(
         go.Figure([go.Box(y=a["evals_to_near_optimal"], name=label, boxpoints="outliers")
                    for label, a in algorithms.items()],
                   layout=_layout("Evaluations to a near-optimal configuration", "algorithm",
                                  "evaluations (budget + 1: never within the budget)")),
         "Lower is better; a box pressed against the top never found one within the budget.")
-    if data["settings"].get("stop_at_near_optimal"):  # a stopped seed has no k-th value, nor a best at every k
-        return figures
-    figures["best_so_far"] = _figure(
-        go.Figure([go.Scatter(x=list(range(1, len(c) + 1)), y=c, mode="lines", name=label)
-                   for label, c in data["best_so_far"].items()],
-                  layout=_layout("Median best-so-far over seeds", "evaluations", f"{metric} ({better} is better)",
-                                 data["log_scale"])),
-        "How good the best configuration found so far is, for a typical seed.")
-    figures["instant"] = _figure(
-        go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
-                              name=label) for label, a in algorithms.items()],
-                  layout=_layout("Instantaneous value: the table mean of the k-th evaluation, averaged over seeds",
-                                 "evaluations", f"{metric} ({better} is better)", data["log_scale"])),
-        "What production suffers while each algorithm tunes: an algorithm that explores wildly pays here.")
     return figures
 
 

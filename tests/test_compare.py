@@ -141,11 +141,14 @@ def test_seeds_stopped_at_their_first_near_optimal_give_the_same_counts(sqlite_u
     from tuner.report import comparison_data
 
     history = History(sqlite_url)
-    full = Comparison.create(history, spec(bowl, "random,sa", seeds=8, budget=60)).run(LocalExecutor())
-    stopping = Comparison.create(history, spec(bowl, "random,sa", seeds=8, budget=60, stop_at_near_optimal=True))
+    variants = "random,sa,ga:population_size=8"  # the GA asks for whole generations
+    full = Comparison.create(history, spec(bowl, variants, seeds=8, budget=60)).run(LocalExecutor())
+    stopping = Comparison.create(history, spec(bowl, variants, seeds=8, budget=60, stop_at_near_optimal=True))
     short = stopping.run(ProcessExecutor(2))  # the near-optimal set travels to the worker processes
     assert short["stop_at_near_optimal"] and not full["stop_at_near_optimal"]
-    for label in ("random", "sa"):
+    assert "diversity" in full["algorithms"]["ga[population_size=8]"]  # not cut to the shortest stopped seed
+    assert "diversity" not in short["algorithms"]["ga[population_size=8]"]
+    for label in ("random", "sa", "ga[population_size=8]"):
         a, b = full["algorithms"][label], short["algorithms"][label]
         for key in ("evals_to_near_optimal", "success_at", "median_evals_to_near_optimal", "censored"):
             assert a[key] == b[key], (label, key)
@@ -168,7 +171,17 @@ def test_seeds_stopped_at_their_first_near_optimal_give_the_same_counts(sqlite_u
     assert data["best_so_far"] == {}
     assert set(comparison_figures(data)) == {"success", "evals"}  # no curve that needs every budget
     assert "stopped at its first near-optimal configuration" in comparison_tables(data)
-    assert {"success", "evals", "best_so_far", "instant"} <= set(comparison_figures(comparison_data(history, full["comparison"])))
+    assert list(comparison_figures(comparison_data(history, full["comparison"]))) == [
+        "success", "best_so_far", "instant", "evals"]
+
+
+def test_stopping_at_near_optimal_with_repeats_counts_trials_as_the_full_run(sqlite_url, bowl):
+    history = History(sqlite_url)
+    runs = [Comparison.create(history, spec(bowl, "sa", seeds=4, budget=40, repeats=2, stop_at_near_optimal=stop))
+            .run(LocalExecutor())["algorithms"]["sa"] for stop in (False, True)]
+    assert runs[0]["evals_to_near_optimal"] == runs[1]["evals_to_near_optimal"]
+    assert runs[0]["success_at"] == runs[1]["success_at"]
+    assert min(runs[1]["evals_to_near_optimal"]) < 40  # a seed did stop early
 
 
 def test_compare_command_stopping_at_near_optimal(sqlite_url, bowl, tmp_path):

@@ -275,7 +275,8 @@ class Comparison:
                 ask_tell_ms_at_budget=1000 * float(np.mean([np.mean(o[-OVERHEAD_WINDOW:]) for o in overhead if o])),
             )
         diversity = [r.diversity for r in runs if r.diversity]
-        if diversity:
+        # the generations every seed bred: a seed stopped in its first would cut the curve to one
+        if diversity and not self.spec.stop_at_near_optimal:
             generations = min(len(d) for d in diversity)
             out["diversity"] = np.mean([d[:generations] for d in diversity], axis=0).tolist()
         return out
