@@ -40,8 +40,8 @@ def compare(
     first_seed: Annotated[int, typer.Option(help="Seeds run from this one.")] = 0,
     stop_at_near_optimal: Annotated[bool, typer.Option(
         "--stop-at-near-optimal", help="Stop each seed at its first near-optimal configuration: evaluations to "
-        "near-optimal and success rates stay exact and cost far less; the best mean at budget and the "
-        "instantaneous curves need the whole budget and are left out.")] = False,
+        "near-optimal and success rates stay exact and cost far less; what needs the whole budget (best mean "
+        "at budget, instantaneous and best-so-far curves, GA diversity) is left out.")] = False,
     workers: Annotated[int, typer.Option(help="Seeds run at once, in worker processes or Ray tasks (default: one "
                                               "per core, or the Ray cluster's CPUs).")] = 0,
     executor_kind: ExecutorOpt = None,

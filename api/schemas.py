@@ -193,8 +193,8 @@ class ComparisonCreate(BaseModel):
     direction: Literal["min", "max"] | None = None
     stop_at_near_optimal: bool = Field(False, description=(
         "Stop each seed at its first near-optimal configuration: evaluations to near-optimal and success rates "
-        "stay exact, and a seed costs only what it needed; the best mean at budget and the instantaneous "
-        "curves need every budget spent and are null."))
+        "stay exact, and a seed costs only what it needed; what needs every budget spent is left out: the best "
+        "mean at budget, the instantaneous curve and ask+tell at the budget are null, GA diversity is absent."))
 
 
 class ComparisonPublic(BaseModel):
