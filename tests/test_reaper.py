@@ -8,10 +8,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from runners import Status
 from runners.device.shell import Result, Shell
 from runners.device.state import Reaped, reap
+from conftest import ROOT
 from test_device import NOTHING, _read, leftovers, loop_dir, pytestmark, state_files  # noqa: F401 - fixture, marks
 
 
@@ -180,3 +186,82 @@ def test_a_killed_test_session_s_loop_devices_are_detached_by_the_next_session(l
         if _read(Path("/sys/block") / Path(device).name / "loop" / "backing_file").startswith(str(image)):
             subprocess.run(["losetup", "-d", device], check=True)
     assert leftovers(loop_dir)["loops"] == []
+
+
+def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatch):
+    """vm.dirty_bytes (and ASLR for Filebench) are the host's: a run that changes them waits until no other
+    measurement on the host runs, and a plain run waits until no run has them changed, so no measurement
+    runs under another's setting or takes it for the host's own (HostSettings)."""
+    import threading
+
+    import runners.device.runner as device_runner
+    from runners.device.state import HostSettings
+    from test_device import runner
+
+    dirty = Path("/proc/sys/vm/dirty_bytes")
+    before = dirty.read_text().strip()
+    seen = []
+
+    def benchmark(*args, **kwargs):  # stands in for fio: what the host is set to while it would run
+        seen.append(dirty.read_text().strip())
+        return {"ops_per_s": 1.0}
+
+    monkeypatch.setattr(device_runner, "run_fio", benchmark)
+    for limited, other_changes in ((True, False), (False, True)):
+        r = runner(loop_dir, dirty_limit_mib=64 if limited else 0, warmup_runs=0)
+        config = r.space.validate({"fs": "ext2"}, fill_defaults=True)
+        out = []
+        with HostSettings(Shell()).hold(exclusive=other_changes, timeout_s=60):  # another StoreTune's measurement
+            run = threading.Thread(target=lambda: out.append(r.run(config, r.workload, seed=1)))  # noqa: B023
+            run.start()
+            time.sleep(1.5)
+            assert seen == [] and dirty.read_text().strip() == before  # it waits, and changes nothing meanwhile
+        run.join(timeout=120)
+        r.close()
+        m = out[0]
+        assert m.status is Status.SUCCEEDED, m.reason
+        assert m.env["timings_s"]["host_lock_wait"] >= 1.0
+        assert seen.pop() == (str(64 * 2**20) if limited else before)
+        assert dirty.read_text().strip() == before
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_host_settings_a_killed_holder_left_changed_are_put_back_by_the_next(tmp_path, monkeypatch):
+    """SIGKILL frees the lock at once, but the setting stays changed: the next to take the lock exclusively
+    restores the original the killed holder journalled, before it reads the host's settings itself."""
+    from runners.device.state import HostSettings
+
+    monkeypatch.setenv("STORETUNE_HOST_LOCK", str(tmp_path / "host.lock"))  # a private lock for a private "setting"
+    setting = tmp_path / "randomize_va_space"
+    setting.write_text("2\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"""
+import time
+from pathlib import Path
+from runners.device.shell import Shell
+from runners.device.state import HostSettings
+host = HostSettings(Shell())
+held = host.hold(exclusive=True, timeout_s=5)
+held.__enter__()
+change = host.changed(Path({str(setting)!r}), "0")
+change.__enter__()
+print("changed", flush=True)
+time.sleep(300)
+"""], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "changed"
+        assert setting.read_text().strip() == "0"
+        with pytest.raises(OSError, match="kept its host-wide settings"):  # held: a bounded wait, then one line
+            with HostSettings(Shell()).hold(exclusive=False, timeout_s=0.3):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert setting.read_text().strip() == "0"  # the kill left it changed
+    host = HostSettings(Shell())
+    with host.hold(exclusive=True, timeout_s=5):
+        assert setting.read_text().strip() == "2"
+        with host.changed(setting, "0") as original:
+            assert original == "2" and setting.read_text().strip() == "0"
+        assert setting.read_text().strip() == "2"
+    assert (tmp_path / "host.lock").read_text() == ""  # nothing left journalled

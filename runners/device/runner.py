@@ -34,7 +34,7 @@ from runners.device.engines import (
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, device_bytes_needed, job_version, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
-from runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
+from runners.device.state import HostSettings, SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
 from runners.device.target import (
     DeviceError,
     RefusedSetting,
@@ -193,8 +193,8 @@ class DeviceRunner(RunnerBase):
             self.shell.run(["sync"], timeout=SETUP_TIMEOUT_S)
             self.shell.write("/proc/sys/vm/drop_caches", "3")
             bench_started = time.monotonic()
-            metrics = self._benchmark(str(mountpoint), workdir, seed)
-            timings["benchmark"] = round(time.monotonic() - bench_started, 3)
+            metrics = self._benchmark(str(mountpoint), workdir, seed, timings)
+            timings["benchmark"] = round(time.monotonic() - bench_started - timings.get("host_lock_wait", 0.0), 3)
             return Measurement(Status.SUCCEEDED, metrics, env=env, duration_s=time.monotonic() - started)
         except RefusedSetting as e:
             queue = None  # apply_queue restored what it had set
@@ -211,8 +211,13 @@ class DeviceRunner(RunnerBase):
                 self._unmount(str(mountpoint), mounted)
             timings["teardown"] = round(time.monotonic() - teardown_started, 3)
 
-    def _benchmark(self, mountpoint: str, workdir: Path, seed: int) -> dict[str, float]:
-        with ExitStack() as host:
+    def _benchmark(self, mountpoint: str, workdir: Path, seed: int, timings: dict[str, float]) -> dict[str, float]:
+        # Filebench's worker processes share memory at fixed addresses: with address-space randomisation on,
+        # they hang after starting. That, and the dirty limit, are the host's: the run holds them exclusively.
+        changes = bool(self.dirty_limit_mib) or self.engine != "fio"
+        host = HostSettings(self.shell)
+        with host.hold(exclusive=changes, timeout_s=self.timeout_s + SETUP_TIMEOUT_S) as waited, ExitStack() as held:
+            timings["host_lock_wait"] = round(waited, 3)
             if self.dirty_limit_mib:
                 # With the kernel's defaults (10% and 20% of memory) a 10 s run's writes mostly stay in the page
                 # cache; limited, they reach the device during the run. Off by default: interleaved with the
@@ -221,28 +226,25 @@ class DeviceRunner(RunnerBase):
                     in_force = VM / f"{kind}_bytes"
                     if self.shell.read(in_force) in ("", "0"):
                         in_force = VM / f"{kind}_ratio"  # writing *_bytes zeroes it; writing it back restores it
-                    host.enter_context(self._host_setting(VM / f"{kind}_bytes", str(max(1, limit) * MIB), in_force))
+                    held.enter_context(self._host_setting(host, VM / f"{kind}_bytes", str(max(1, limit) * MIB),
+                                                          in_force))
             if self.engine == "fio":
                 return run_fio(self.shell, self.personality, mountpoint, workdir, self.runtime_s, seed, self.timeout_s,
                                self.timed, self.fio_args)
-            # Filebench's worker processes share memory at fixed addresses: with address-space
-            # randomisation on, they hang after starting.
-            host.enter_context(self._host_setting(ASLR, "0"))
+            held.enter_context(self._host_setting(host, ASLR, "0"))
             return run_filebench(self.shell, self.personality, mountpoint, workdir, self.runtime_s, self.timeout_s,
                                  self.timed)
 
     @contextmanager
-    def _host_setting(self, path: Path, value: str, restore: Path | None = None) -> Iterator[None]:
-        """A host-wide setting for one run: ``restore`` (default ``path``) is recorded first, so that the
-        reaper puts it back after a SIGKILL, and is put back after the run."""
+    def _host_setting(self, host: HostSettings, path: Path, value: str, restore: Path | None = None) -> Iterator[None]:
+        """A host-wide setting for one run, under ``host``'s exclusive lock: ``restore`` (default ``path``) is
+        recorded first, so that the reaper puts it back after a SIGKILL, and is put back after the run."""
         restore = restore or path
-        original = self.shell.read(restore)
-        entry = self.log.record("sysfs", path=str(restore), original=original)
+        entry = self.log.record("sysfs", path=str(restore), original=self.shell.read(restore))
         try:
-            self.shell.write(path, value)
-            yield
+            with host.changed(path, value, restore):
+                yield
         finally:
-            self.shell.write(restore, original)
             self.log.done(entry)
 
     def _refused(self, reason: str, env: dict[str, Any], started: float) -> Measurement:

@@ -31,6 +31,7 @@ from runners.device.shell import CommandTimeout, Shell
 logger = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = "/run/storetune"
 KILL_WAIT_S = 5.0  # how long a killed process group may take to go (fio closing its files)
+HOST_REAP_WAIT_S = 600.0  # how long the reaper waits for a live measurement's host-wide settings
 _logs = itertools.count()
 T = TypeVar("T")
 
@@ -95,6 +96,107 @@ def _write(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state))
     tmp.replace(path)  # atomic: a kill never leaves half a file
+
+
+# --- host-wide settings ----------------------------------------------------------------------------
+HOST_LOCK = "/run/lock/storetune-host-settings.lock"  # host-wide, like the settings: not in a state directory
+
+
+def host_lock_path() -> Path:
+    return Path(os.environ.get("STORETUNE_HOST_LOCK", HOST_LOCK))
+
+
+class HostBusy(OSError):
+    """Another measurement on this host kept the host-wide settings for longer than a run may wait."""
+
+
+class HostSettings:
+    """The host-wide settings a measurement may change (vm.dirty_bytes, ASLR for Filebench) belong to every
+    measurement on the host, whichever StoreTune or worker runs it. A run that changes them holds this lock
+    exclusively; every other run shares it: so no run measures under another's setting, and no run reads
+    another's setting as the host's own and "restores" it afterwards. The lock file also journals the
+    originals while they are changed: whoever takes the lock exclusively after a holder was killed puts
+    them back first (a dead holder's lock is free at once; its setup log is reaped only at the next start).
+    flock(2), released by the kernel when its holder dies, is the whole mechanism: written by hand."""
+
+    def __init__(self, shell: Shell, path: Path | None = None):
+        self.shell = shell
+        self.path = path or host_lock_path()
+        self._fd: int | None = None
+        self._journal: dict[str, str] = {}
+
+    @contextmanager
+    def hold(self, *, exclusive: bool, timeout_s: float) -> Iterator[float]:
+        """Hold the lock (exclusively to change settings); yields the seconds waited for it. HostBusy after
+        ``timeout_s``. A dry run touches nothing."""
+        if self.shell.dry_run:
+            yield 0.0
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        started = time.monotonic()
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - started > timeout_s:
+                        raise HostBusy(f"another measurement on this host kept its host-wide settings (vm.dirty_bytes, "
+                                       f"ASLR; lock {self.path}) for more than {timeout_s:g} s") from None
+                    time.sleep(0.1)
+            if exclusive:
+                self._fd = fd
+                self._recover()
+            yield time.monotonic() - started
+        finally:
+            self._fd = None
+            os.close(fd)
+
+    def _recover(self) -> None:
+        """Put back what a killed holder journalled and never restored."""
+        text = os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()
+        if not text:
+            return
+        try:
+            journal = json.loads(text)
+        except ValueError:
+            logger.warning("%s held an unreadable journal (%r); nothing restored from it", self.path, text[:80])
+            journal = {}
+        for path, original in journal.items():
+            self.shell.write(path, original)
+            logger.warning("restored %s = %s, left changed by a measurement that was killed", path, original)
+        self._save({})
+
+    @contextmanager
+    def changed(self, path: Path, value: str, restore: Path | None = None) -> Iterator[str]:
+        """``path`` set to ``value`` for the block, under the exclusive lock; ``restore`` (default ``path``)
+        journalled first and put back after. Yields the original."""
+        if self._fd is None and not self.shell.dry_run:
+            raise RuntimeError("a host-wide setting changed without holding HostSettings exclusively")
+        restore = restore or path
+        original = self.shell.read(restore)
+        self._save({**self._journal, str(restore): original})
+        try:
+            self.shell.write(path, value)
+            yield original
+        finally:
+            self.shell.write(restore, original)
+            self._save({k: v for k, v in self._journal.items() if k != str(restore)})
+
+    def _save(self, journal: dict[str, str]) -> None:
+        self._journal = journal
+        if self._fd is None:
+            return
+        data = json.dumps(journal).encode() if journal else b""
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        os.fsync(self._fd)
+
+
+def host_wide(path: str) -> bool:
+    """A setting of the whole host (procfs), not of one device's queue (sysfs)."""
+    return path.startswith("/proc/sys/")
 
 
 # --- the reaper ------------------------------------------------------------------------------------
@@ -272,7 +374,11 @@ def _undo_sysfs(shell: Shell, entry: dict[str, Any]) -> str | None:
     if entry.get("backing_file") and entry["backing_file"] not in _backing(Path(path).parent.parent.name):
         return None  # the loop device it was set on was detached; that name is another one's now
     try:
-        shell.write(path, original)
+        if host_wide(path):  # not while a live measurement holds the host's settings
+            with HostSettings(shell).hold(exclusive=True, timeout_s=HOST_REAP_WAIT_S):
+                shell.write(path, original)
+        else:
+            shell.write(path, original)
     except OSError as e:
         raise UndoFailed(f"could not restore {path} = {original}: {_why(e)}") from None
     return f"restored {path} = {original}"
