@@ -238,14 +238,16 @@ class DeviceRunner(RunnerBase):
     @contextmanager
     def _host_setting(self, host: HostSettings, path: Path, value: str, restore: Path | None = None) -> Iterator[None]:
         """A host-wide setting for one run, under ``host``'s exclusive lock: ``restore`` (default ``path``) is
-        recorded first, so that the reaper puts it back after a SIGKILL, and is put back after the run."""
+        recorded first, and journalled in the lock, so that the next holder or the reaper puts it back after a
+        SIGKILL, and is put back after the run."""
         restore = restore or path
         entry = self.log.record("sysfs", path=str(restore), original=self.shell.read(restore))
         try:
             with host.changed(path, value, restore):
                 yield
         finally:
-            self.log.done(entry)
+            if not host.pending(restore):  # a failed restore stays recorded, and journalled for the next holder
+                self.log.done(entry)
 
     def _refused(self, reason: str, env: dict[str, Any], started: float) -> Measurement:
         return Measurement.failed(Status.INVALID, reason, env=env, duration_s=time.monotonic() - started)

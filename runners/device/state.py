@@ -31,7 +31,6 @@ from runners.device.shell import CommandTimeout, Shell
 logger = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = "/run/storetune"
 KILL_WAIT_S = 5.0  # how long a killed process group may take to go (fio closing its files)
-HOST_REAP_WAIT_S = 600.0  # how long the reaper waits for a live measurement's host-wide settings
 _logs = itertools.count()
 T = TypeVar("T")
 
@@ -99,7 +98,14 @@ def _write(path: Path, state: dict[str, Any]) -> None:
 
 
 # --- host-wide settings ----------------------------------------------------------------------------
-HOST_LOCK = "/run/lock/storetune-host-settings.lock"  # host-wide, like the settings: not in a state directory
+# Host-wide, like the settings, so not in a state directory; in /run, which only root can write (not the
+# world-writable /run/lock: root trusts what the file journals)
+HOST_LOCK = "/run/storetune-host-settings.lock"
+HOST_SETTINGS = frozenset({  # what a measurement may change host-wide, and so what a journal may restore
+    *(f"/proc/sys/vm/{kind}_{unit}" for kind in ("dirty", "dirty_background") for unit in ("bytes", "ratio")),
+    "/proc/sys/kernel/randomize_va_space",
+})
+POLL_S = 0.05
 
 
 def host_lock_path() -> Path:
@@ -114,16 +120,21 @@ class HostSettings:
     """The host-wide settings a measurement may change (vm.dirty_bytes, ASLR for Filebench) belong to every
     measurement on the host, whichever StoreTune or worker runs it. A run that changes them holds this lock
     exclusively; every other run shares it: so no run measures under another's setting, and no run reads
-    another's setting as the host's own and "restores" it afterwards. The lock file also journals the
-    originals while they are changed: whoever takes the lock exclusively after a holder was killed puts
-    them back first (a dead holder's lock is free at once; its setup log is reaped only at the next start).
-    flock(2), released by the kernel when its holder dies, is the whole mechanism: written by hand."""
+    another's setting as the host's own and "restores" it afterwards. A turnstile beside the lock keeps a
+    stream of overlapping shared holders from starving a run that waits to hold it exclusively. The lock
+    file journals the originals while they are changed: a holder killed with SIGKILL frees the lock at once,
+    and whoever takes it next, shared or exclusive, first puts back what the journal holds. flock(2),
+    released by the kernel when its holder dies, is the whole mechanism: written by hand. One hold at a time
+    per object; a second hold in the same process would wait for the first."""
 
-    def __init__(self, shell: Shell, path: Path | None = None):
+    def __init__(self, shell: Shell, path: Path | None = None, allowed: frozenset[str] = HOST_SETTINGS):
         self.shell = shell
         self.path = path or host_lock_path()
+        self.allowed = allowed
         self._fd: int | None = None
+        self._exclusive = False
         self._journal: dict[str, str] = {}
+        self.restored: dict[str, str] = {}  # what this object put back after a killed holder
 
     @contextmanager
     def hold(self, *, exclusive: bool, timeout_s: float) -> Iterator[float]:
@@ -132,39 +143,94 @@ class HostSettings:
         if self.shell.dry_run:
             yield 0.0
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self._fd is not None:
+            raise RuntimeError("HostSettings.hold is not reentrant")
         started = time.monotonic()
+        deadline = started + timeout_s
+        fd, turnstile = self._open(self.path), self._open(self.path.with_name(self.path.name + ".turnstile"))
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() - started > timeout_s:
-                        raise HostBusy(f"another measurement on this host kept its host-wide settings (vm.dirty_bytes, "
-                                       f"ASLR; lock {self.path}) for more than {timeout_s:g} s") from None
-                    time.sleep(0.1)
+            self._fd = fd
             if exclusive:
-                self._fd = fd
+                # the turnstile is held while waiting: no new shared holder gets in, the current ones finish
+                self._flock(turnstile, fcntl.LOCK_EX, deadline, timeout_s)
+                self._flock(fd, fcntl.LOCK_EX, deadline, timeout_s)
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+                self._exclusive = True
                 self._recover()
+            else:
+                while True:
+                    self._flock(turnstile, fcntl.LOCK_EX, deadline, timeout_s)  # passed through, not held
+                    fcntl.flock(turnstile, fcntl.LOCK_UN)
+                    self._flock(fd, fcntl.LOCK_SH, deadline, timeout_s)
+                    if not self._read_journal():
+                        break
+                    # a killed holder left settings changed: put them back under the exclusive lock, then share
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    self._flock(fd, fcntl.LOCK_EX, deadline, timeout_s)
+                    self._exclusive = True
+                    self._recover()
+                    self._exclusive = False
+                    fcntl.flock(fd, fcntl.LOCK_UN)  # flock converts by unlocking anyway: the journal is read again
             yield time.monotonic() - started
         finally:
-            self._fd = None
+            self._fd, self._exclusive = None, False
             os.close(fd)
+            os.close(turnstile)
 
-    def _recover(self) -> None:
-        """Put back what a killed holder journalled and never restored."""
+    @staticmethod
+    def _open(path: Path) -> int:
+        """Open a lock file root owns and no one else can write (a planted file or link is refused)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot open the host-settings lock {path}: {e.strerror}") from None
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            os.close(fd)
+            raise OSError(errno.EPERM, f"refusing the host-settings lock {path}: owned by uid {info.st_uid}, mode "
+                          f"{info.st_mode & 0o777:o} (it must be this user's and writable by no one else)")
+        return fd
+
+    @staticmethod
+    def _flock(fd: int, mode: int, deadline: float, timeout_s: float) -> None:
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise HostBusy(f"another measurement on this host kept its host-wide settings (vm.dirty_bytes, "
+                                   f"ASLR) for more than {timeout_s:g} s") from None
+                time.sleep(POLL_S)
+
+    def _read_journal(self) -> dict[str, str]:
         text = os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()
         if not text:
-            return
+            return {}
         try:
             journal = json.loads(text)
         except ValueError:
-            logger.warning("%s held an unreadable journal (%r); nothing restored from it", self.path, text[:80])
-            journal = {}
-        for path, original in journal.items():
-            self.shell.write(path, original)
+            journal = None
+        if not isinstance(journal, dict) or not all(isinstance(v, str) for v in journal.values()):
+            logger.warning("%s holds an unreadable journal (%r): nothing restored from it", self.path, text[:80])
+            return {}
+        return journal
+
+    def _recover(self) -> None:
+        """Put back what a killed holder journalled and never restored (``restored``: path -> value)."""
+        for path, original in self._read_journal().items():
+            if path not in self.allowed or not re.fullmatch(r"-?\d+", original):
+                logger.warning("%s journals %s = %r, which is not a host setting StoreTune changes: left alone",
+                               self.path, path, original)
+                continue
+            try:
+                self.shell.write(path, original)
+            except OSError as e:  # kept, it would fail every later measurement on the host: said, and dropped
+                logger.warning("could not restore %s = %s, journalled by a measurement that was killed: %s",
+                               path, original, _why(e))
+                continue
+            self.restored[path] = original
             logger.warning("restored %s = %s, left changed by a measurement that was killed", path, original)
         self._save({})
 
@@ -172,25 +238,31 @@ class HostSettings:
     def changed(self, path: Path, value: str, restore: Path | None = None) -> Iterator[str]:
         """``path`` set to ``value`` for the block, under the exclusive lock; ``restore`` (default ``path``)
         journalled first and put back after. Yields the original."""
-        if self._fd is None and not self.shell.dry_run:
-            raise RuntimeError("a host-wide setting changed without holding HostSettings exclusively")
         restore = restore or path
+        if not self.shell.dry_run and not (self._exclusive and {str(path), str(restore)} <= self.allowed):
+            raise RuntimeError(f"{path} changed without holding HostSettings exclusively, or not a host setting")
         original = self.shell.read(restore)
         self._save({**self._journal, str(restore): original})
         try:
             self.shell.write(path, value)
             yield original
         finally:
-            self.shell.write(restore, original)
+            self.shell.write(restore, original)  # if this fails, the journal keeps it for the next holder
             self._save({k: v for k, v in self._journal.items() if k != str(restore)})
+
+    def pending(self, path: Path) -> bool:
+        """Whether ``path`` is journalled as changed and not restored yet."""
+        return str(path) in self._journal
 
     def _save(self, journal: dict[str, str]) -> None:
         self._journal = journal
         if self._fd is None:
             return
+        # padded to the old length, then cut: a kill between the two leaves valid JSON and trailing blanks
         data = json.dumps(journal).encode() if journal else b""
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
+        old = os.fstat(self._fd).st_size
+        os.pwrite(self._fd, data.ljust(old), 0)
+        os.ftruncate(self._fd, len(data))
         os.fsync(self._fd)
 
 
@@ -373,12 +445,21 @@ def _undo_sysfs(shell: Shell, entry: dict[str, Any]) -> str | None:
         return None  # its device is gone, and the setting with it
     if entry.get("backing_file") and entry["backing_file"] not in _backing(Path(path).parent.parent.name):
         return None  # the loop device it was set on was detached; that name is another one's now
+    if host_wide(path):
+        # The lock's journal has what the dead runner changed and did not restore (nothing, if a later holder
+        # restored it already): taken exclusively, the lock restores it. Never beneath a live measurement.
+        host = HostSettings(shell)
+        try:
+            with host.hold(exclusive=True, timeout_s=0):
+                pass
+        except HostBusy:
+            raise UndoFailed(f"could not restore {path} = {original} yet: another measurement on this host holds "
+                             "its host-wide settings") from None
+        except OSError as e:
+            raise UndoFailed(f"could not restore {path} = {original}: {_why(e)}") from None
+        return f"restored {path} = {host.restored[path]}" if path in host.restored else None
     try:
-        if host_wide(path):  # not while a live measurement holds the host's settings
-            with HostSettings(shell).hold(exclusive=True, timeout_s=HOST_REAP_WAIT_S):
-                shell.write(path, original)
-        else:
-            shell.write(path, original)
+        shell.write(path, original)
     except OSError as e:
         raise UndoFailed(f"could not restore {path} = {original}: {_why(e)}") from None
     return f"restored {path} = {original}"
