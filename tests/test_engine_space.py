@@ -29,15 +29,15 @@ def test_a_full_file_system_under_filebench_fails_with_filebenchs_own_words(tmp_
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], check=True)
-    aslr = Path("/proc/sys/kernel/randomize_va_space")
-    before = aslr.read_text()
+    from runners.device.state import HostSettings
+
+    host = HostSettings(Shell())  # ASLR is the host's: changed as a measurement changes it, under the lock
     try:
-        aslr.write_text("0")
-        web = Personality("webserver", 100, 20, 16 * KIB, 2, MIB)  # 1.6 MB of pages and a log appended to
-        with pytest.raises(EngineOutputError) as e:
-            run_filebench(Shell(), web, str(small), tmp_path, 5, 120)
+        with host.hold(exclusive=True, timeout_s=600), host.changed(Path("/proc/sys/kernel/randomize_va_space"), "0"):
+            web = Personality("webserver", 100, 20, 16 * KIB, 2, MIB)  # 1.6 MB of pages and a log appended to
+            with pytest.raises(EngineOutputError) as e:
+                run_filebench(Shell(), web, str(small), tmp_path, 5, 120)
     finally:
-        aslr.write_text(before)
         subprocess.run(["umount", str(small)], check=True)
     # a thread's write() either returns short (errno untouched: "Success") or fails with ENOSPC, whichever
     # comes first; a short write among the errors is explained

@@ -201,7 +201,8 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
     from test_device import runner
 
     dirty = Path("/proc/sys/vm/dirty_bytes")
-    before = dirty.read_text().strip()
+    with HostSettings(Shell()).hold(exclusive=False, timeout_s=600):  # not in the middle of another's change
+        before = dirty.read_text().strip()
     seen = []
     blocked = threading.Event()
     flock = fcntl.flock
@@ -249,20 +250,27 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
 def test_a_dead_runners_host_wide_setting_is_reaped_from_the_lock_s_journal_never_beneath_a_live_one(
         loop_dir, tmp_path, monkeypatch):
     """The reaper restores a dead runner's host-wide entry through the lock: while a live measurement holds
-    the host's settings it waits for the next start; then the journal's original is put back."""
-    from runners.device.state import HostSettings
+    the host's settings it waits for the next start; then the journal's original is put back, or, for an
+    entry never journalled, the setup log's."""
+    from runners.device.state import HOST_LOCK, HostSettings
 
+    real = HostSettings(Shell(), Path(HOST_LOCK))  # the test writes a real setting (its own value): as a measurement
     monkeypatch.setenv("STORETUNE_HOST_LOCK", str(tmp_path / "host.lock"))  # a private lock: its journal is ours
-    dirty = "/proc/sys/vm/dirty_ratio"
-    now = Path(dirty).read_text().strip()  # "restored" to its own value: the host is left as it is
-    path = write_state(dead_pid(), {"kind": "sysfs", "path": dirty, "original": "1"})
-    holder = HostSettings(Shell())
-    with holder.hold(exclusive=True, timeout_s=5):  # a live measurement, later killed
-        holder._save({dirty: now})  # journalled, never restored: as a killed holder leaves it
-        reaped = reap(Shell())
-    assert reaped.done == [] and reaped.failed == [
-        f"could not restore {dirty} = 1 yet: another measurement on this host holds its host-wide settings"]
-    assert json.loads(path.read_text())["entries"]  # kept for the next start
-    assert reap(Shell()) == Reaped(done=[f"restored {dirty} = {now}"], failed=[])  # the journal's, not the entry's
-    assert not path.exists() and (tmp_path / "host.lock").read_text() == ""
-    assert Path(dirty).read_text().strip() == now
+    with real.hold(exclusive=True, timeout_s=600):
+        dirty = "/proc/sys/vm/dirty_ratio"
+        now = Path(dirty).read_text().strip()  # "restored" to its own value: the host is left as it is
+        path = write_state(dead_pid(), {"kind": "sysfs", "path": dirty, "original": "1", "journalled": True})
+        holder = HostSettings(Shell())
+        with holder.hold(exclusive=True, timeout_s=5):  # a live measurement, later killed
+            holder._save({dirty: now})  # journalled, never restored: as a killed holder leaves it
+            reaped = reap(Shell())
+        assert reaped.done == [] and reaped.failed == [f"could not check {dirty} yet (to restore 1): another "
+                                                       "measurement on this host holds its host-wide settings"]
+        assert json.loads(path.read_text())["entries"]  # kept for the next start
+        assert reap(Shell()) == Reaped(done=[f"restored {dirty} = {now}"], failed=[])  # the journal's original
+        assert not path.exists() and (tmp_path / "host.lock").read_text() == ""
+        path = write_state(dead_pid(), {"kind": "sysfs", "path": dirty, "original": "1", "journalled": True})
+        assert reap(Shell()) == Reaped(done=[], failed=[]) and not path.exists()  # restored already: left alone
+        write_state(dead_pid(), {"kind": "sysfs", "path": dirty, "original": now})  # killed before it journalled
+        assert reap(Shell()) == Reaped(done=[f"restored {dirty} = {now}"], failed=[])
+        assert Path(dirty).read_text().strip() == now

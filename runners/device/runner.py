@@ -244,9 +244,12 @@ class DeviceRunner(RunnerBase):
         entry = self.log.record("sysfs", path=str(restore), original=self.shell.read(restore))
         try:
             with host.changed(path, value, restore):
+                self.log.update(entry, journalled=True)  # from here, the lock's journal is the one to restore it
                 yield
         finally:
-            if not host.pending(restore):  # a failed restore stays recorded, and journalled for the next holder
+            if host.pending(restore):  # its restore failed: recorded for the reaper, which tries it again
+                self.log.update(entry, restore_failed=True)
+            else:
                 self.log.done(entry)
 
     def _refused(self, reason: str, env: dict[str, Any], started: float) -> Measurement:

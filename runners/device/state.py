@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -147,8 +148,10 @@ class HostSettings:
             raise RuntimeError("HostSettings.hold is not reentrant")
         started = time.monotonic()
         deadline = started + timeout_s
-        fd, turnstile = self._open(self.path), self._open(self.path.with_name(self.path.name + ".turnstile"))
+        fd = self._open(self.path)
+        turnstile = None
         try:
+            turnstile = self._open(self.path.with_name(self.path.name + ".turnstile"))
             self._fd = fd
             if exclusive:
                 # the turnstile is held while waiting: no new shared holder gets in, the current ones finish
@@ -162,7 +165,7 @@ class HostSettings:
                     self._flock(turnstile, fcntl.LOCK_EX, deadline, timeout_s)  # passed through, not held
                     fcntl.flock(turnstile, fcntl.LOCK_UN)
                     self._flock(fd, fcntl.LOCK_SH, deadline, timeout_s)
-                    if not self._read_journal():
+                    if not self._journal_text():
                         break
                     # a killed holder left settings changed: put them back under the exclusive lock, then share
                     fcntl.flock(fd, fcntl.LOCK_UN)
@@ -175,7 +178,8 @@ class HostSettings:
         finally:
             self._fd, self._exclusive = None, False
             os.close(fd)
-            os.close(turnstile)
+            if turnstile is not None:
+                os.close(turnstile)
 
     @staticmethod
     def _open(path: Path) -> int:
@@ -186,14 +190,15 @@ class HostSettings:
         except OSError as e:
             raise OSError(e.errno, f"cannot open the host-settings lock {path}: {e.strerror}") from None
         info = os.fstat(fd)
-        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022 or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             os.close(fd)
             raise OSError(errno.EPERM, f"refusing the host-settings lock {path}: owned by uid {info.st_uid}, mode "
-                          f"{info.st_mode & 0o777:o} (it must be this user's and writable by no one else)")
+                          f"{info.st_mode & 0o777:o}, {info.st_nlink} link(s) (it must be a file of this user's alone, "
+                          "writable by no one else)")
         return fd
 
-    @staticmethod
-    def _flock(fd: int, mode: int, deadline: float, timeout_s: float) -> None:
+    def _flock(self, fd: int, mode: int, deadline: float, timeout_s: float) -> None:
+        path = self.path
         while True:
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -201,11 +206,14 @@ class HostSettings:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise HostBusy(f"another measurement on this host kept its host-wide settings (vm.dirty_bytes, "
-                                   f"ASLR) for more than {timeout_s:g} s") from None
+                                   f"ASLR; {path}) for more than {timeout_s:g} s") from None
                 time.sleep(POLL_S)
 
+    def _journal_text(self) -> str:
+        return os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()
+
     def _read_journal(self) -> dict[str, str]:
-        text = os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()
+        text = self._journal_text()
         if not text:
             return {}
         try:
@@ -261,7 +269,9 @@ class HostSettings:
         # padded to the old length, then cut: a kill between the two leaves valid JSON and trailing blanks
         data = json.dumps(journal).encode() if journal else b""
         old = os.fstat(self._fd).st_size
-        os.pwrite(self._fd, data.ljust(old), 0)
+        padded = data.ljust(old)
+        if os.pwrite(self._fd, padded, 0) != len(padded):
+            raise OSError(errno.EIO, f"a short write to the host-settings journal {self.path}")
         os.ftruncate(self._fd, len(data))
         os.fsync(self._fd)
 
@@ -446,18 +456,24 @@ def _undo_sysfs(shell: Shell, entry: dict[str, Any]) -> str | None:
     if entry.get("backing_file") and entry["backing_file"] not in _backing(Path(path).parent.parent.name):
         return None  # the loop device it was set on was detached; that name is another one's now
     if host_wide(path):
-        # The lock's journal has what the dead runner changed and did not restore (nothing, if a later holder
-        # restored it already): taken exclusively, the lock restores it. Never beneath a live measurement.
+        # Through the lock, never beneath a live measurement. Its journal has what the dead runner changed and
+        # did not restore, unless a later holder restored it already: a journalled entry is the journal's to
+        # restore. An entry never journalled (killed before it was; or a runner older than the journal) or
+        # whose restore failed is restored from the setup log, as any sysfs value.
         host = HostSettings(shell)
         try:
             with host.hold(exclusive=True, timeout_s=0):
-                pass
+                if path in host.restored:
+                    return f"restored {path} = {host.restored[path]}"
+                if entry.get("journalled") and not entry.get("restore_failed"):
+                    return None
+                shell.write(path, original)
+                return f"restored {path} = {original}"
         except HostBusy:
-            raise UndoFailed(f"could not restore {path} = {original} yet: another measurement on this host holds "
-                             "its host-wide settings") from None
+            raise UndoFailed(f"could not check {path} yet (to restore {original}): another measurement on this host "
+                             "holds its host-wide settings") from None
         except OSError as e:
             raise UndoFailed(f"could not restore {path} = {original}: {_why(e)}") from None
-        return f"restored {path} = {host.restored[path]}" if path in host.restored else None
     try:
         shell.write(path, original)
     except OSError as e:
