@@ -219,9 +219,13 @@ def test_a_runners_first_measurement_follows_a_discarded_warm_up(loop_dir):
 def test_the_dirty_limit_holds_during_the_run_and_the_hosts_comes_back(loop_dir, monkeypatch):
     import runners.device.runner as device_runner
 
+    from runners.device.shell import Shell
+    from runners.device.state import HostSettings
+
     vm = Path("/proc/sys/vm")
     names = ("dirty_bytes", "dirty_background_bytes", "dirty_ratio", "dirty_background_ratio")
-    before = {n: (vm / n).read_text().strip() for n in names}
+    with HostSettings(Shell()).hold(exclusive=False, timeout_s=600):  # not in the middle of another's change
+        before = {n: (vm / n).read_text().strip() for n in names}
     during = {}
 
     def benchmark(*args, **kwargs):  # stands in for fio: what the host is set to while it would run

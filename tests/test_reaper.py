@@ -257,17 +257,21 @@ def test_a_dead_runners_host_wide_setting_is_reaped_from_the_lock_s_journal_neve
     real = HostSettings(Shell(), Path(HOST_LOCK))  # the test writes a real setting (its own value): as a measurement
     monkeypatch.setenv("STORETUNE_HOST_LOCK", str(tmp_path / "host.lock"))  # a private lock: its journal is ours
     with real.hold(exclusive=True, timeout_s=600):
-        dirty = "/proc/sys/vm/dirty_ratio"
+        dirty, background = "/proc/sys/vm/dirty_ratio", "/proc/sys/vm/dirty_background_ratio"
         now = Path(dirty).read_text().strip()  # "restored" to its own value: the host is left as it is
-        path = write_state(dead_pid(), {"kind": "sysfs", "path": dirty, "original": "1", "journalled": True})
+        also = Path(background).read_text().strip()
+        path = write_state(dead_pid(), {"kind": "sysfs", "path": background, "original": "1", "journalled": True},
+                           {"kind": "sysfs", "path": dirty, "original": "1", "journalled": True})
         holder = HostSettings(Shell())
         with holder.hold(exclusive=True, timeout_s=5):  # a live measurement, later killed
-            holder._save({dirty: now})  # journalled, never restored: as a killed holder leaves it
+            holder._save({background: also, dirty: now})  # journalled, never restored: as a killed holder leaves it
             reaped = reap(Shell())
-        assert reaped.done == [] and reaped.failed == [f"could not check {dirty} yet (to restore 1): another "
-                                                       "measurement on this host holds its host-wide settings"]
-        assert json.loads(path.read_text())["entries"]  # kept for the next start
-        assert reap(Shell()) == Reaped(done=[f"restored {dirty} = {now}"], failed=[])  # the journal's original
+        assert reaped.done == [] and reaped.failed == [
+            f"could not check {p} yet (to restore 1): another measurement on this host holds its host-wide settings"
+            for p in (dirty, background)]
+        assert len(json.loads(path.read_text())["entries"]) == 2  # kept for the next start
+        # the journal's originals, the whole journal said once
+        assert reap(Shell()) == Reaped(done=[f"restored {background} = {also}, {dirty} = {now}"], failed=[])
         assert not path.exists() and (tmp_path / "host.lock").read_text() == ""
         path = write_state(dead_pid(), {"kind": "sysfs", "path": dirty, "original": "1", "journalled": True})
         assert reap(Shell()) == Reaped(done=[], failed=[]) and not path.exists()  # restored already: left alone

@@ -463,12 +463,11 @@ def _undo_sysfs(shell: Shell, entry: dict[str, Any]) -> str | None:
         host = HostSettings(shell)
         try:
             with host.hold(exclusive=True, timeout_s=0):
-                if path in host.restored:
-                    return f"restored {path} = {host.restored[path]}"
-                if entry.get("journalled") and not entry.get("restore_failed"):
-                    return None
-                shell.write(path, original)
-                return f"restored {path} = {original}"
+                said = [f"{p} = {v}" for p, v in host.restored.items()]  # the whole journal, said once
+                if path not in host.restored and not (entry.get("journalled") and not entry.get("restore_failed")):
+                    shell.write(path, original)
+                    said.append(f"{path} = {original}")
+                return f"restored {', '.join(said)}" if said else None
         except HostBusy:
             raise UndoFailed(f"could not check {path} yet (to restore {original}): another measurement on this host "
                              "holds its host-wide settings") from None
