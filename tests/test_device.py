@@ -220,7 +220,7 @@ def test_the_dirty_limit_holds_during_the_run_and_the_hosts_comes_back(loop_dir,
     import runners.device.runner as device_runner
 
     from runners.device.shell import Shell
-    from runners.device.state import HostSettings
+    from runners.device.host import HostSettings
 
     vm = Path("/proc/sys/vm")
     names = ("dirty_bytes", "dirty_background_bytes", "dirty_ratio", "dirty_background_ratio")

@@ -29,7 +29,7 @@ def test_a_full_file_system_under_filebench_fails_with_filebenchs_own_words(tmp_
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], check=True)
-    from runners.device.state import HostSettings
+    from runners.device.host import HostSettings
 
     host = HostSettings(Shell())  # ASLR is the host's: changed as a measurement changes it, under the lock
     try:

@@ -1,4 +1,4 @@
-"""HostSettings (runners/device/state.py), the lock that makes host-wide settings one measurement's at a time,
+"""HostSettings (runners/device/host.py), the lock that makes host-wide settings one measurement's at a time,
 on a private lock and stand-in "settings" in a temporary folder: no root, no device."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT
 from runners.device.shell import Shell
-from runners.device.state import HostBusy, HostSettings
+from runners.device.host import HostBusy, HostSettings
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def holder(lock: Path, setting: Path, value: str) -> subprocess.Popen:
 import time
 from pathlib import Path
 from runners.device.shell import Shell
-from runners.device.state import HostSettings
+from runners.device.host import HostSettings
 host = HostSettings(Shell(), Path({str(lock)!r}), frozenset({{{str(setting)!r}}}))
 held = host.hold(exclusive=True, timeout_s=5)
 held.__enter__()

@@ -197,7 +197,7 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
     import threading
 
     import runners.device.runner as device_runner
-    from runners.device.state import HostSettings
+    from runners.device.host import HostSettings
     from test_device import runner
 
     dirty = Path("/proc/sys/vm/dirty_bytes")
@@ -252,7 +252,7 @@ def test_a_dead_runners_host_wide_setting_is_reaped_from_the_lock_s_journal_neve
     """The reaper restores a dead runner's host-wide entry through the lock: while a live measurement holds
     the host's settings it waits for the next start; then the journal's original is put back, or, for an
     entry never journalled, the setup log's."""
-    from runners.device.state import HOST_LOCK, HostSettings
+    from runners.device.host import HOST_LOCK, HostSettings
 
     real = HostSettings(Shell(), Path(HOST_LOCK))  # the test writes a real setting (its own value): as a measurement
     monkeypatch.setenv("STORETUNE_HOST_LOCK", str(tmp_path / "host.lock"))  # a private lock: its journal is ours

@@ -34,7 +34,8 @@ from runners.device.engines import (
 from runners.device.filesystems import MKFS, build
 from runners.device.personalities import MIB, device_bytes_needed, job_version, personality
 from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
-from runners.device.state import HostSettings, SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
+from runners.device.host import HostSettings
+from runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
 from runners.device.target import (
     DeviceError,
     RefusedSetting,
