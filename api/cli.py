@@ -40,7 +40,7 @@ from api.common import (
     table_settings,
 )
 from api.progress import CampaignProgress
-from runners import RUNNERS, make_runner
+from runners import RUNNERS, HostUnavailable, make_runner
 from runners.tables import TableWarning
 from search_spaces import format_config, list_spaces, load_space
 from tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
@@ -102,6 +102,9 @@ def main() -> None:
         err.print(f"[bold red]error:[/] the history: {escape(cause[0]) if cause else type(e).__name__}", highlight=False,
                   soft_wrap=True)
         sys.exit(2)
+    except HostUnavailable as e:  # the host, not a configuration: the campaign said how to resume
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        sys.exit(75)  # EX_TEMPFAIL: try again later
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)

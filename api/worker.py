@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupt = Interrupt()
     interrupt.install()
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.kind} {args.id}: %(levelname)s %(message)s")
+    from runners import HostUnavailable
     from tuner import History
 
     history = History(args.db)
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         run(history, args.id, args.comparison_workers, args.handed_by, interrupt)
     except KeyboardInterrupt:  # the service is stopping: the campaign is interrupted, resumed at the next start
         return 130
+    except HostUnavailable:  # the campaign recorded itself failed, with why and how to resume; nothing is blamed
+        logging.exception("stopped")
+        return 75  # EX_TEMPFAIL
     except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history
         logging.exception("failed")
         message = f"{type(e).__name__}: {e}"

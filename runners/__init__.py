@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from runners.base import (
-    Direction, Measurement, Runner, RunnerBase, Status, Workload, guess_direction, host_environment, raised,
+    Direction, HostUnavailable, Measurement, Runner, RunnerBase, Status, Workload, guess_direction, host_environment,
+    raised,
 )
 from runners.settings import SETTINGS, RunnerSettings, parse_settings, settings_model
 

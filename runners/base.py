@@ -77,6 +77,13 @@ class Runner(Protocol):
         ...
 
 
+class HostUnavailable(Exception):
+    """The host cannot measure now, through no fault of the configuration (another measurement kept the
+    host-wide settings too long). Not a measurement: a FAILED trial's configuration is never proposed
+    again, and this one did nothing wrong. It stops the campaign instead; its running trials are
+    measured again when it is resumed."""
+
+
 def raised(runner: str, error: BaseException) -> Measurement:
     """The FAILED measurement of a runner that raised instead of returning its failure."""
     log.error("runner %s raised", runner, exc_info=error)
@@ -115,6 +122,8 @@ class RunnerBase:
             return Measurement.failed(Status.INVALID, str(e))
         try:
             return self.measure(config, workload, seed=seed)
+        except HostUnavailable:  # not the configuration's doing: the campaign stops, the trial is re-run
+            raise
         except Exception as e:  # a crash is data about the configuration: keep the trial, say why
             return raised(self.name, e)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared
-from runners import Measurement, make_runner
+from runners import HostUnavailable, Measurement, make_runner
 from search_spaces import Config
 from tuner import Campaign, CampaignSpec, History
 from tuner.loop import trial_seed
@@ -119,6 +119,26 @@ def test_ctrl_c_leaves_a_resumable_campaign(sqlite_url, bdbc):
     assert retry.config == stale.config and retry.status == "SUCCEEDED"
     counted = [t.config_hash for t in trials if t.status != "STALE"]
     assert len(counted) == len(set(counted)) == 10
+
+
+def test_a_host_that_cannot_measure_stops_the_campaign_and_blames_no_configuration(sqlite_url, bdbc):
+    """HostUnavailable (another measurement kept the host's settings too long) is not a result: a FAILED
+    trial's configuration would never be proposed again. The campaign stops, resumable, and the trial's
+    configuration is measured on resume."""
+    history = History(sqlite_url)
+    runner = FlakyRunner(make_runner("dataset", dataset=str(bdbc)), {4: HostUnavailable("the host is busy")})
+    campaign = Campaign.create(history, spec(bdbc, budget=8, seed=2), runner=runner)
+    with pytest.raises(HostUnavailable, match=f"campaign {campaign.id} stopped: the host is busy"):
+        campaign.run()
+    record = history.campaign(campaign.id)
+    assert record.state == "failed" and "the host is busy" in record.note and f"--resume {campaign.id}" in record.note
+    trials = history.trials(campaign.id)
+    assert [t.status for t in trials] == ["SUCCEEDED"] * 3 + ["STALE"]
+
+    summary = Campaign.resume(history, campaign.id).run()
+    assert summary.evaluated == 8 and summary.trials_by_status == {"SUCCEEDED": 8, "STALE": 1}
+    (retry,) = [t for t in history.trials(campaign.id) if t.retry_of == trials[3].id]
+    assert retry.config == trials[3].config and retry.status == "SUCCEEDED"
 
 
 def test_a_resumed_random_search_continues_the_same_order(sqlite_url, bdbc):

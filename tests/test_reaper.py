@@ -278,3 +278,43 @@ def test_a_dead_runners_host_wide_setting_is_reaped_from_the_lock_s_journal_neve
         write_state(dead_pid(), {"kind": "sysfs", "path": dirty, "original": now})  # killed before it journalled
         assert reap(Shell()) == Reaped(done=[f"restored {dirty} = {now}"], failed=[])
         assert Path(dirty).read_text().strip() == now
+
+
+def test_a_run_that_waits_too_long_for_the_host_stops_its_campaign_and_blames_no_configuration(
+        loop_dir, tmp_path, monkeypatch, sqlite_url):
+    """A run that cannot get the host-settings lock in time (another measurement keeps it) is not the
+    configuration's failure: the campaign stops, resumable, with nothing FAILED and the device torn down,
+    and on resume the same configuration is measured."""
+    import runners.device.runner as device_runner
+    from runners import HostUnavailable
+    from runners.device.host import HostSettings
+    from test_device import runner
+    from tuner import Campaign, CampaignSpec, History
+
+    class Impatient(HostSettings):  # a one-second wait instead of the run's timeout plus 300 s
+        def hold(self, *, exclusive, timeout_s):
+            return super().hold(exclusive=exclusive, timeout_s=1.0)
+
+    monkeypatch.setenv("STORETUNE_HOST_LOCK", str(tmp_path / "host.lock"))  # a private lock: only this test's runs
+    monkeypatch.setattr(device_runner, "HostSettings", Impatient)
+    monkeypatch.setattr(device_runner, "run_fio", lambda *a, **kw: {"ops_per_s": 1.0, "mb_per_s": 1.0,
+                                                                     "lat_mean_us": 1.0, "lat_p99_us": 1.0})
+    history = History(sqlite_url)
+    r = runner(loop_dir, warmup_runs=0)
+    config = r.space.validate({"fs": "ext2"}, fill_defaults=True)  # one configuration the device takes
+    campaign = Campaign.create(history, CampaignSpec(runner="device", runner_settings=r.settings(), budget=1,
+                                                     fixed=dict(config)), runner=r)
+    with HostSettings(Shell()).hold(exclusive=True, timeout_s=5):  # another measurement, changing the host
+        with pytest.raises(HostUnavailable, match="kept its host-wide settings .* no configuration is blamed"):
+            campaign.run()
+    assert leftovers(loop_dir) == NOTHING
+    record = history.campaign(campaign.id)
+    assert record.state == "failed" and f"--resume {campaign.id}" in record.note
+    (stopped,) = history.trials(campaign.id)
+    assert stopped.status == "STALE"
+
+    summary = Campaign.resume(history, campaign.id).run()
+    assert summary.trials_by_status == {"SUCCEEDED": 1, "STALE": 1}
+    (retry,) = [t for t in history.trials(campaign.id) if t.retry_of == stopped.id]
+    assert retry.config == stopped.config == config and retry.status == "SUCCEEDED"
+    assert leftovers(loop_dir) == NOTHING

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from runners import Direction, Runner, Status, make_runner
+from runners import Direction, HostUnavailable, Runner, Status, make_runner
 from search_spaces import Config
 from tuner.analysis import CampaignSummary, evaluations
 from tuner.executor import Executor, LocalExecutor
@@ -254,6 +254,12 @@ class Campaign:
             history.mark_stale(rec.id, STALE_REASON)
             history.finish_campaign(rec.id, "interrupted", f"interrupted; resume with --resume {rec.id}")
             raise
+        except HostUnavailable as e:  # no configuration's fault: none is condemned, the running ones are re-run
+            history.mark_stale(rec.id, STALE_REASON)
+            note = (f"stopped: {e}. Its finished trials are kept and its running ones are measured again when it "
+                    f"is resumed (--resume {rec.id}; a sweep: the same command again)")
+            history.finish_campaign(rec.id, "failed", note)
+            raise HostUnavailable(f"campaign {rec.id} {note}") from e
         finally:
             self.runner.close()
             getattr(self.executor, "close", lambda: None)()

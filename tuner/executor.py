@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from runners import Measurement, Runner, Status, Workload, raised
+from runners import HostUnavailable, Measurement, Runner, Status, Workload, raised
 from search_spaces import Config
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,10 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
     """Run the job's repeats, stopping at the first that does not succeed."""
     out: list[Measurement] = []
     for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
-        try:  # RunnerBase.run never raises; a runner that only follows the protocol may
+        try:  # RunnerBase.run raises only HostUnavailable; a runner that only follows the protocol may raise more
             m = runner.run(job.config, workload, seed=seed)
+        except HostUnavailable:
+            raise
         except Exception as e:
             m = raised(runner.name, e)
         if record is not None:

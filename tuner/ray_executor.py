@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runners import Measurement, Runner, Status, Workload
+from runners import HostUnavailable, Measurement, Runner, Status, Workload
 from runners.base import LOOP_SLOT, device_resource
 from tuner.executor import Job, Recorder, record_all, run_jobs, worker_measure
 
@@ -182,6 +182,8 @@ class RayExecutor:
             measurements, node = ray.get(ref)
         except ray.exceptions.RayTaskError as e:  # the task raised: building the runner failed on that node
             cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else e
+            if isinstance(cause, HostUnavailable):  # that node's host cannot measure now: the campaign stops
+                raise cause from None
             return [Measurement.failed(Status.FAILED, f"on a Ray worker: {type(cause).__name__}: {cause}",
                                        env={"runner": runner_name, "executor": "ray"})]
         except ray.exceptions.RayError as e:  # the worker or its node died, on every try

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from runners.base import HostUnavailable
 from runners.device.shell import Shell
 
 logger = logging.getLogger(__name__)
@@ -34,8 +35,13 @@ def host_lock_path() -> Path:
     return Path(os.environ.get("STORETUNE_HOST_LOCK", HOST_LOCK))
 
 
-class HostBusy(OSError):
+class HostBusy(HostUnavailable):
     """Another measurement on this host kept the host-wide settings for longer than a run may wait."""
+
+
+class HostLockRefused(HostUnavailable, OSError):
+    """The host-settings lock file cannot be used (planted, shared, unwritable): the host's fault, not the
+    configuration's. An OSError too, with the errno, for the reaper that reports it."""
 
 
 class HostSettings:
@@ -107,11 +113,11 @@ class HostSettings:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            raise OSError(e.errno, f"cannot open the host-settings lock {path}: {e.strerror}") from None
+            raise HostLockRefused(e.errno, f"cannot open the host-settings lock {path}: {e.strerror}") from None
         info = os.fstat(fd)
         if info.st_uid != os.geteuid() or info.st_mode & 0o022 or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             os.close(fd)
-            raise OSError(errno.EPERM, f"refusing the host-settings lock {path}: owned by uid {info.st_uid}, mode "
+            raise HostLockRefused(errno.EPERM, f"refusing the host-settings lock {path}: owned by uid {info.st_uid}, mode "
                           f"{info.st_mode & 0o777:o}, {info.st_nlink} link(s) (it must be a file of this user's alone, "
                           "writable by no one else)")
         return fd
@@ -124,7 +130,8 @@ class HostSettings:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise HostBusy(f"another measurement on this host kept its host-wide settings (vm.dirty_bytes, "
-                                   f"ASLR; {self.path}) for more than {timeout_s:g} s") from None
+                                   f"ASLR; {self.path}) for more than {timeout_s:g} s; no configuration is blamed "
+                                   "for the wait") from None
                 time.sleep(POLL_S)
 
     def _journal_text(self) -> str:

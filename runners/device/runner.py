@@ -22,7 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runners.base import LOOP_SLOT, Direction, Measurement, RunnerBase, Status, Workload, device_resource
+from runners.base import (
+    LOOP_SLOT, Direction, HostUnavailable, Measurement, RunnerBase, Status, Workload, device_resource,
+)
 from runners.device.engines import (
     EngineOutputError,
     TimedRun,
@@ -200,6 +202,8 @@ class DeviceRunner(RunnerBase):
         except RefusedSetting as e:
             queue = None  # apply_queue restored what it had set
             return self._refused(str(e), env, started)
+        except HostUnavailable:  # the host's state, not the configuration's result: the campaign stops
+            raise
         except CommandTimeout as e:
             return Measurement.failed(Status.TIMEOUT, str(e), env=env, duration_s=time.monotonic() - started)
         except (CommandFailed, EngineOutputError, OSError) as e:
