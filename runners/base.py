@@ -52,7 +52,8 @@ class Measurement:
 @runtime_checkable
 class Runner(Protocol):
     """Measures one configuration. ``run`` returns a Measurement for every outcome, including
-    invalid configurations, crashes and timeouts: it does not raise out of a campaign."""
+    invalid configurations, crashes and timeouts: it does not raise out of a campaign, except
+    HostUnavailable, which is no outcome of the configuration's."""
 
     name: ClassVar[str]
     space: SearchSpace
@@ -101,7 +102,8 @@ def device_resource(path: str) -> str:
 class RunnerBase:
     """What the runners share, written once: ``run`` validates the configuration against the space
     (INVALID with the space's words) and turns an exception of ``measure`` into a FAILED
-    measurement, so that a runner implements only ``measure`` and never raises out of a campaign.
+    measurement (HostUnavailable excepted), so that a runner implements only ``measure`` and never
+    raises out of a campaign but to stop it.
 
     A runner is built from its settings model (runners/settings.py); ``settings()`` gives back what
     rebuilds it with ``make_runner`` (on resume, and in worker processes).
