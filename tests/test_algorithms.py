@@ -182,7 +182,7 @@ def replay_bo(space, means, targets, *, seed, params, budget):
 
 
 def test_bo_refits_its_kernel_from_several_starts_and_escapes_a_wrong_basin():
-    """BDBC seed 42 got BO stuck (README, "Why BO got stuck"): refitted from the previous fit only, the
+    """BDBC seed 42 got BO stuck (bench/SEARCH.md, "Why BO got stuck"): refitted from the previous fit only, the
     kernel kept page size 1K (pS1K) inert, and EI exploited a basin ranked 129 of 2,560 for 150 evaluations.
     Restarted refits find the better likelihood optimum, in which pS1K matters."""
     from tuner.convergence import near_optimal
@@ -203,7 +203,7 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
     the best: the near-optimal configurations need o8 on and o10 off together, and near the incumbent o10
     alone changes the time by under 1%, so the kernel holds its length scale near the bound (inert) and EI
     never proposes the pair. With ``doubt_after`` the stalled search also asks a model whose length scales
-    are capped, which cannot call o10 inert (README, "BO's stalls on a table nobody tuned on")."""
+    are capped, which cannot call o10 inert (bench/SEARCH.md, "BO's stalls on a table nobody tuned on")."""
     import importlib.util
 
     from conftest import ROOT
@@ -232,7 +232,7 @@ def test_bo_revisiting_rarely_measured_values_frees_a_stall_on_7z():
     """Every near-optimal 7z configuration compresses with LZMA2. BO seed 4 measures LZMA2 a few times early,
     its kernel writes the method off, and it settles on another method for all 200 evaluations. With
     ``revisit_after`` the stalled search measures the incumbent's one-option neighbour whose new value was
-    measured least often, and finds a near-optimal configuration (README, "BO's stalls on 7z"). 7z is
+    measured least often, and finds a near-optimal configuration (bench/SEARCH.md, "BO's stalls on 7z"). 7z is
     beyond ``LIST_LIMIT``, where that is BO's default; on a listed space (BDBC) it is off."""
     from tuner.bayes import LARGE_SPACE_REVISIT_AFTER
     from tuner.convergence import near_optimal

@@ -55,7 +55,7 @@ class Params:
     acq: Literal["EI", "PI", "LCB"] = "EI"  # EI, PI or LCB
     initial_points: Annotated[int, Field(ge=1)] = 10  # random configurations before the surrogate takes over
     max_candidates: Annotated[int, Field(ge=1)] = 1000
-    xi: Annotated[float, Field(ge=0)] = 0.0  # extra exploration of EI and PI (plain EI: measured best on BDBC, see README)
+    xi: Annotated[float, Field(ge=0)] = 0.0  # extra exploration of EI and PI (plain EI: measured best on BDBC, see bench/SEARCH.md)
     kappa: Annotated[float, Field(ge=0)] = 1.96  # exploration of LCB
     refit_growth: Annotated[float, Field(ge=1)] = 1.25
     random_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0  # share of asks answered by a random candidate (SMAC's interleaving)
@@ -65,16 +65,16 @@ class Params:
     # table and EI picks what is farthest from the data (ARCHITECTURE.md, "lessons")
     min_length_scale: Annotated[float, Field(gt=0, le=1)] = 0.3
     # extra random starts of each kernel refit, beside the previous fit: from that one alone a refit kept an
-    # influential option inert and BO stuck in 5 of 100 BDBC seeds; 1 start left 1 stuck, 2 none (README)
+    # influential option inert and BO stuck in 5 of 100 BDBC seeds; 1 start left 1 stuck, 2 none (bench/SEARCH.md)
     restarts: Annotated[int, Field(ge=0)] = 2
     # after this many evaluations without a new best, EI is the mean of the fitted model's and that of the
     # same model with its length scales capped at ``doubt_length_scale``, which cannot call an option inert
     # (a two-sample integrated acquisition, Snoek et al. 2012). It freed BO's 4 stalls of 40 on an unseen
-    # synthetic table at no cost on BDBC, but not 7z's (7 -> 10 of 40): an option, off (0) by default (README)
+    # synthetic table at no cost on BDBC, but not 7z's (7 -> 10 of 40): an option, off (0) by default (bench/SEARCH.md)
     doubt_after: Annotated[int, Field(ge=0)] = 0
     doubt_length_scale: Annotated[float, Field(gt=0)] = 2.0
     # At 10 it freed all 15 of 100 stuck 7z seeds but left 3 of 100 BDBC seeds stuck where none were, so
-    # unset it is a rule of the space (README, "BO's stalls on 7z")
+    # unset it is a rule of the space (bench/SEARCH.md, "BO's stalls on 7z")
     revisit_after: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="evaluations without a new best before every revisit_every-th ask revisits "
         f"a rarely measured value next to the best (0: never; unset: {LARGE_SPACE_REVISIT_AFTER} on a finite "
@@ -117,7 +117,7 @@ class BayesianOptimization(Tuner):
         self._neighbours: dict[Config, list[Config]] = {}
         self._stalled_asks = 0
         self.revisit_after = self.params.revisit_after
-        if self.revisit_after is None:  # chosen on 7z, checked on a synthetic table of 131,072 (README)
+        if self.revisit_after is None:  # chosen on 7z, checked on a synthetic table of 131,072 (bench/SEARCH.md)
             self.revisit_after = LARGE_SPACE_REVISIT_AFTER if space.finite and self._members is None else 0
 
     def _estimator(self, fit_hyperparameters: bool) -> Any:

@@ -32,7 +32,7 @@ MAX_BARREN_GENERATIONS = 20  # generations without a new configuration before im
 
 @dataclass(frozen=True)
 class Params:
-    population_size: Annotated[int, Field(ge=2)] = 10  # 20 generations in a 200-evaluation budget (measured best on BDBC, see README)
+    population_size: Annotated[int, Field(ge=2)] = 10  # 20 generations in a 200-evaluation budget (measured best on BDBC, see bench/SEARCH.md)
     crossover_rate: Annotated[float, Field(ge=0, le=1)] = 0.8  # probability that a pair of parents is crossed
     mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.1  # probability that a gene mutates
     tournament_size: Annotated[int, Field(ge=1)] = 3

@@ -7,7 +7,7 @@ from the evolution's children and the annealer walks onto the model's finds. Aft
 initial design, the lead asks: BO on a finite space (it scores sampled candidates and the best ones'
 neighbours, every unmeasured configuration once fewer than its ``max_candidates`` are left), else GA. On 7z
 (68,640 configurations) BO's lead took 94 evaluations to near-optimal where GA's took 102, success
-at 200 0.95 against 0.86 (100 seeds, README). Once ``patience`` evaluations bring no new best (20; 10
+at 200 0.95 against 0.86 (100 seeds, bench/SEARCH.md). Once ``patience`` evaluations bring no new best (20; 10
 beyond ``bayes.LIST_LIMIT``, where BO's candidates are a sliver of the space and its stalls more frequent:
 7z 94 -> 78 evaluations), each
 ask goes to the member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
@@ -31,9 +31,9 @@ from search_spaces import Config
 from search_spaces.status import loss as to_loss
 from tuner.base import Observation, Tuner
 
-MEMBERS = ("bo", "ga", "sa")  # dqn does not beat random search at these budgets (README)
+MEMBERS = ("bo", "ga", "sa")  # dqn does not beat random search at these budgets (bench/SEARCH.md)
 PATIENCE = 20  # chosen on HSMGP, BDBC and SS-O (10, 20, 30); 10 cost 2-2.5 evaluations on two synthetic tables
-LARGE_SPACE_PATIENCE = 10  # chosen on 7z (94 -> 78 evaluations), checked on a synthetic 131,072 (README)
+LARGE_SPACE_PATIENCE = 10  # chosen on 7z (94 -> 78 evaluations), checked on a synthetic 131,072 (bench/SEARCH.md)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Params:
     model_limit: Annotated[int, Field(ge=1)] = 500
     # the reward: 1 for beating this share of earlier results (1: the share beaten itself)
     top: Annotated[float, Field(gt=0, le=1)] = 1.0
-    # BO's acquisition as a member; PI as the lead's was tried and not kept (README, "A greedier lead")
+    # BO's acquisition as a member; PI as the lead's was tried and not kept (bench/SEARCH.md, "A greedier lead")
     bo_acq: Literal["EI", "PI", "LCB"] = "EI"
 
     @field_validator("members")
