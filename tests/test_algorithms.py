@@ -130,6 +130,21 @@ def test_auto_asks_more_of_the_member_that_finds_better_configurations():
     assert all(s["random"] > 0 for s in shares)  # a member that does worse is still asked now and then
 
 
+def test_auto_s_random_start_is_bo_s_too():
+    """auto:initial_points is the shared random start: after it, the lead BO proposes from its model, not
+    from a random start of its own (BO's 10 followed auto's before, whatever auto's said)."""
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
+    means = runner.table.means("PERF")
+    for initial in (3, 12):
+        tuner = make_tuner("auto", runner.space, seed=0, direction="min", params={"initial_points": initial})
+        bo = tuner.members[tuner.names.index("bo")]
+        for i in range(initial + 2):
+            config = tuner.ask(1)[0]
+            assert (tuner.picks[-1] == "initial") == (i < initial)
+            assert bool(bo._optimizer.models) == (i >= initial)  # BO asked with a model from the first ask on
+            tuner.tell(config, means[config])
+
+
 def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one():
     from search_spaces import load_space
 

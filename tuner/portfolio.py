@@ -80,9 +80,10 @@ class Portfolio(Tuner):
         from tuner.registry import make_tuner  # the registry imports this module's siblings lazily
 
         self.names = self.params.members.split(",")
+        # BO's own random start would follow the shared one: it is the shared one (BO models from then on)
+        bo = {"acq": self.params.bo_acq, "initial_points": self.params.initial_points}
         self.members: list[Tuner] = [
-            make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min",
-                       params={"acq": self.params.bo_acq} if name == "bo" else None)
+            make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min", params=bo if name == "bo" else None)
             for i, name in enumerate(self.names)
         ]
         lead = self.params.lead
