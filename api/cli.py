@@ -93,6 +93,9 @@ def main() -> None:
     warnings.showwarning = show
     try:
         app()
+    except HostUnavailable as e:  # the host, not a configuration (before OSError: a refused lock file is both)
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        sys.exit(75)  # EX_TEMPFAIL: try again later
     except (UserError, SchemaError, ValueError, LookupError, OSError) as e:
         message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
         err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)  # "[rl]" is no markup
@@ -102,9 +105,6 @@ def main() -> None:
         err.print(f"[bold red]error:[/] the history: {escape(cause[0]) if cause else type(e).__name__}", highlight=False,
                   soft_wrap=True)
         sys.exit(2)
-    except HostUnavailable as e:  # the host, not a configuration: the campaign said how to resume
-        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        sys.exit(75)  # EX_TEMPFAIL: try again later
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
@@ -232,6 +232,12 @@ def tune(
             err.print(f"interrupted: campaign {record.id} stopped; its finished trials are kept, the running ones "
                       f"will be measured again. Finish it with: {again}", highlight=False, soft_wrap=True)
             sys.exit(130)
+        except HostUnavailable as e:
+            again = f"storetune tune --resume {record.id}" + (f" --db {_shown_url(db)}" if db else "")
+            err.print(f"[bold red]error:[/] {escape(str(e.__cause__ or e))}. Campaign {record.id} stopped; no "
+                      f"configuration is blamed, its finished trials are kept and the running ones will be measured "
+                      f"again. Finish it with: {escape(again)}", highlight=False, soft_wrap=True)
+            sys.exit(75)
     finally:
         getattr(executor, "close", lambda: None)()
     _print_summary(summary, as_json, executor.describe(), db)

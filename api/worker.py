@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         run(history, args.id, args.comparison_workers, args.handed_by, interrupt)
     except KeyboardInterrupt:  # the service is stopping: the campaign is interrupted, resumed at the next start
         return 130
-    except HostUnavailable:  # the campaign recorded itself failed, with why and how to resume; nothing is blamed
-        logging.exception("stopped")
+    except HostUnavailable as e:  # the campaign recorded itself failed, with why and how to resume; nothing is blamed
+        logging.warning("stopped: %s", e)
         return 75  # EX_TEMPFAIL
     except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history
         logging.exception("failed")

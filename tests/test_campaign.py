@@ -141,6 +141,40 @@ def test_a_host_that_cannot_measure_stops_the_campaign_and_blames_no_configurati
     assert retry.config == trials[3].config and retry.status == "SUCCEEDED"
 
 
+@pytest.mark.parametrize("error", ["busy", "refused"])
+def test_a_runner_s_host_trouble_is_not_its_configuration_s_failure(sqlite_url, bdbc, error):
+    """Through RunnerBase.run (which turns any other exception into a FAILED measurement): a busy host lock
+    or a refused lock file stops the campaign, and the trial it was measuring is re-run on resume."""
+    import errno
+
+    from runners import RunnerBase
+    from runners.device.host import HostBusy, HostLockRefused
+
+    inner = make_runner("dataset", dataset=str(bdbc))
+
+    class Host(RunnerBase):
+        name, space, workload = inner.name, inner.space, inner.workload
+        calls = 0
+
+        def __init__(self):
+            super().__init__(inner._settings)
+
+        def metrics(self):
+            return inner.metrics()
+
+        def measure(self, config, workload, *, seed):
+            Host.calls += 1
+            if Host.calls == 2:
+                raise HostBusy("kept too long") if error == "busy" else HostLockRefused(errno.EPERM, "refusing it")
+            return inner.measure(config, workload, seed=seed)
+
+    campaign = Campaign.create(history := History(sqlite_url), spec(bdbc, budget=3, seed=5), runner=Host())
+    with pytest.raises(HostUnavailable):
+        campaign.run()
+    assert [t.status for t in history.trials(campaign.id)] == ["SUCCEEDED", "STALE"]
+    assert history.campaign(campaign.id).state == "failed"
+
+
 def test_a_resumed_random_search_continues_the_same_order(sqlite_url, bdbc):
     history = History(sqlite_url)
     whole = Campaign.create(history, spec(bdbc, budget=12, seed=9)).run()

@@ -255,7 +255,7 @@ class Campaign:
             history.finish_campaign(rec.id, "interrupted", f"interrupted; resume with --resume {rec.id}")
             raise
         except HostUnavailable as e:  # no configuration's fault: none is condemned, the running ones are re-run
-            history.mark_stale(rec.id, STALE_REASON)
+            history.mark_stale(rec.id, f"the host could not measure it ({e}); the configuration is re-run")
             note = (f"stopped: {e}. Its finished trials are kept and its running ones are measured again when it "
                     f"is resumed (--resume {rec.id}; a sweep: the same command again)")
             history.finish_campaign(rec.id, "failed", note)

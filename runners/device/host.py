@@ -109,8 +109,8 @@ class HostSettings:
     @staticmethod
     def _open(path: Path) -> int:
         """Open a lock file root owns and no one else can write (a planted file or link is refused)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as e:
             raise HostLockRefused(e.errno, f"cannot open the host-settings lock {path}: {e.strerror}") from None
