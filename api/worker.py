@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.warning("stopped: %s", e)
         return 75  # EX_TEMPFAIL
     except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history
+        if interrupt.requested:  # the stop landed inside a library that raised its own error instead (SQLAlchemy's
+            logging.warning("interrupted: %s", e)  # rollback of a flush it cut short): still the service's stop
+            return 130
         logging.exception("failed")
         message = f"{type(e).__name__}: {e}"
         if args.kind == "campaign":

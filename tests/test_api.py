@@ -294,6 +294,30 @@ def test_the_catalog_says_what_can_be_asked_for(history_url, tmp_path, bdbc):
         assert client.get("/docs").status_code == 200
 
 
+def test_a_stop_that_lands_inside_a_library_still_interrupts_the_worker(tmp_path, monkeypatch):
+    """The service's stop raises KeyboardInterrupt wherever the worker is; inside SQLAlchemy's flush, its
+    rollback raised ResourceClosedError instead, and the worker called its campaign failed (exit 1). A
+    worker whose stop was requested reports the stop (130), so the campaign is queued for the next start."""
+    import signal
+
+    import api.worker as worker
+
+    def run(history, *args):
+        interrupt = args[-1]
+        try:
+            interrupt.handler(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            raise RuntimeError("This transaction is closed") from None
+
+    monkeypatch.setattr(worker, "run_campaign", run)
+    monkeypatch.setattr(worker, "die_with_parent", lambda: None)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert worker.main(["campaign", "1", "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
 def test_a_clean_stop_interrupts_the_workers_and_the_next_start_resumes(tmp_path, bdbc, caplog):
     url = f"sqlite:///{tmp_path / 'h.sqlite'}"
