@@ -224,19 +224,17 @@ def tune(
         record = campaign.record
         done = campaign.summary().evaluated
         title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"
+        again = f"storetune tune --resume {record.id}" + (f" --db {_shown_url(db)}" if db else "")
+        kept = "its finished trials are kept, the running ones will be measured again. Finish it with: "
         try:
             with CampaignProgress(err, title, record.budget, done) as progress:
                 summary = campaign.run(on_trial=progress.update)
         except KeyboardInterrupt:
-            again = f"storetune tune --resume {record.id}" + (f" --db {_shown_url(db)}" if db else "")
-            err.print(f"interrupted: campaign {record.id} stopped; its finished trials are kept, the running ones "
-                      f"will be measured again. Finish it with: {again}", highlight=False, soft_wrap=True)
+            err.print(f"interrupted: campaign {record.id} stopped; {kept}{again}", highlight=False, soft_wrap=True)
             sys.exit(130)
         except HostUnavailable as e:
-            again = f"storetune tune --resume {record.id}" + (f" --db {_shown_url(db)}" if db else "")
             err.print(f"[bold red]error:[/] {escape(str(e.__cause__ or e))}. Campaign {record.id} stopped; no "
-                      f"configuration is blamed, its finished trials are kept and the running ones will be measured "
-                      f"again. Finish it with: {escape(again)}", highlight=False, soft_wrap=True)
+                      f"configuration is blamed; {kept}{escape(again)}", highlight=False, soft_wrap=True)
             sys.exit(75)
     finally:
         getattr(executor, "close", lambda: None)()
