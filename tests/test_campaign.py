@@ -141,6 +141,75 @@ def test_a_host_that_cannot_measure_stops_the_campaign_and_blames_no_configurati
     assert retry.config == trials[3].config and retry.status == "SUCCEEDED"
 
 
+class TwoSlots:
+    """An asynchronous executor in this process, for the loop's side of the seam: two jobs measure at once
+    (the first two submitted and not yet taken back), the rest queue, and each finishes in the order it
+    was submitted; the host is busy for the chosen submissions."""
+
+    kind, workers, asynchronous = "local", 2, True
+
+    def __init__(self, busy_on: set[int]):
+        self.busy_on, self.submitted, self.dropped = busy_on, 0, []
+
+    def start(self):
+        pass
+
+    def fit(self, runner):
+        return None
+
+    def describe(self):
+        return {"kind": self.kind, "nodes": 1, "workers": self.workers}
+
+    def stream(self, runner, workload, record=None):
+        from collections import deque
+
+        from tuner.executor import measure
+
+        executor, jobs = self, deque()
+
+        class Stream:
+            @property
+            def pending(self):
+                return len(jobs)
+
+            def submit(self, job):
+                executor.submitted += 1
+                jobs.append((executor.submitted, job))
+
+            def next(self):
+                number, job = jobs.popleft()
+                if number in executor.busy_on:
+                    raise HostUnavailable("the host is busy")
+                return job, measure(runner, workload, job, record)
+
+            def drop_queued(self):
+                while len(jobs) > 1:  # the one beside the failed job is measuring; the rest have not started
+                    executor.dropped.append(jobs.pop()[1].trial_id)
+
+        return Stream()
+
+
+def test_a_busy_host_lets_the_jobs_in_flight_finish_and_starts_none(sqlite_url, bdbc):
+    """With jobs side by side (worker processes, Ray), one job's busy host does not throw away the others:
+    the one measuring beside it is recorded, the queued one is dropped, and both that one and the failed
+    one are measured on resume."""
+    history = History(sqlite_url)
+    executor = TwoSlots(busy_on={4})
+    campaign = Campaign.create(history, spec(bdbc, budget=8, seed=2, batch_size=3), executor=executor)
+    with pytest.raises(HostUnavailable, match="the host is busy"):
+        campaign.run()
+    trials = history.trials(campaign.id, measurements=True)
+    assert [t.status for t in trials] == ["SUCCEEDED"] * 3 + ["STALE", "SUCCEEDED", "STALE"]
+    assert len(trials[4].measurements) == 1 and executor.dropped == [trials[5].id]
+    assert history.campaign(campaign.id).state == "failed"
+
+    summary = Campaign.resume(history, campaign.id).run()
+    assert summary.evaluated == 8 and summary.trials_by_status == {"SUCCEEDED": 8, "STALE": 2}
+    retried = {t.retry_of: t for t in history.trials(campaign.id) if t.retry_of is not None}
+    assert {trials[3].id, trials[5].id} == set(retried)
+    assert all(retried[t.id].config == t.config and retried[t.id].status == "SUCCEEDED" for t in (trials[3], trials[5]))
+
+
 @pytest.mark.parametrize("error", ["busy", "refused"])
 def test_a_runner_s_host_trouble_is_not_its_configuration_s_failure(sqlite_url, bdbc, error):
     """Through RunnerBase.run (which turns any other exception into a FAILED measurement): a busy host lock

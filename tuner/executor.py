@@ -78,6 +78,10 @@ class Stream(Protocol):
         """The next job to finish, with its measurements (recorded before it is handed back)."""
         ...
 
+    def drop_queued(self) -> None:
+        """Forget the jobs submitted but not started (the host cannot measure now); those running go on."""
+        ...
+
 
 class Executor(Protocol):
     kind: str  # local or ray
@@ -255,6 +259,9 @@ class _LocalStream:
         job = self._jobs.popleft()
         return job, measure(self.runner, self.workload, job, self.record)
 
+    def drop_queued(self) -> None:
+        self._jobs.clear()  # measured one at a time when taken back: none has started
+
 
 class _PoolStream:
     def __init__(self, pool: ProcessPoolExecutor, name: str, settings: dict, workload: Workload,
@@ -276,6 +283,9 @@ class _PoolStream:
         job, measurements = future.result()
         record_all(self.record, job, measurements)
         return job, measurements
+
+    def drop_queued(self) -> None:
+        self._futures = {f for f in self._futures if not f.cancel()}  # a running future cannot be cancelled
 
 
 _WORKER_RUNNERS: dict[str, Runner] = {}

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from runners import Measurement, Runner, Status
+from runners import HostUnavailable, Measurement, Runner, Status
 from search_spaces import Config, config_hash
 from search_spaces.status import loss as to_loss
 from tuner.base import Tuner
@@ -86,7 +86,10 @@ def run_loop(
     finishes, the algorithm is told and asked for the next one. An algorithm that needs a whole batch
     (a GA's generation, ``Tuner.whole_batches``) and a local executor are asked for a batch when the
     previous one has finished. ``stop`` is asked before any trial starts: when it says yes, the loop
-    drains (the trials in flight are recorded; none is started) and returns with ``stopped`` set."""
+    drains (the trials in flight are recorded; none is started) and returns with ``stopped`` set.
+    When a job raises HostUnavailable (the host cannot measure now), the loop drains the same way, the
+    jobs submitted but not started are dropped, and it raises: the trials left running are the
+    campaign's to re-run."""
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated)
     queue = list(queue)
@@ -98,9 +101,11 @@ def run_loop(
     in_flight: dict[int, TrialView] = {}
     ask_share: dict[int, float] = {}
     exhausted = False
+    host_error: HostUnavailable | None = None
     while True:
         starting: list[TrialView] = []
-        while (not (outcome.stopped or exhausted) and len(in_flight) + len(starting) < batch_size
+        while (host_error is None and not (outcome.stopped or exhausted)
+               and len(in_flight) + len(starting) < batch_size
                and outcome.evaluated + len(in_flight) + len(starting) < budget
                and not (batches and in_flight)):
             if not starting and stop is not None and stop():
@@ -137,9 +142,15 @@ def run_loop(
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats))
                 stream.submit(job)
                 in_flight[t.id] = t
-        if not in_flight:
+        if not in_flight or (host_error is not None and not stream.pending):
             break
-        job, measurements = stream.next()
+        try:
+            job, measurements = stream.next()
+        except HostUnavailable as e:  # the other jobs in flight are measured on: their results are kept
+            if host_error is None:
+                host_error = e
+                stream.drop_queued()
+            continue
         trial = in_flight.pop(job.trial_id)
         if races is not None:
             measurements = races.add(trial, measurements)
@@ -165,6 +176,8 @@ def run_loop(
             duration = sum(m.duration_s for m in measurements[job.first_repeat:])
             on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
                                  budget, best_value, tuner.warm_started, len(measurements), job.first_repeat > 0))
+    if host_error is not None:
+        raise host_error
     if outcome.stopped:
         outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
     elif exhausted:

@@ -216,6 +216,10 @@ class _RayStream:
         record_all(self.record, job, measurements)
         return job, measurements
 
+    def drop_queued(self) -> None:
+        """None dropped: a task Ray has not placed yet cannot be told from one measuring, and cancelling one
+        that measures would leave its device to the reaper. The loop waits for them all."""
+
 
 # --- in the workers ---------------------------------------------------------------------------------
 def _node() -> str:
