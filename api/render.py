@@ -108,7 +108,8 @@ def comparison_table(results: dict) -> Table:
     for k in marks:
         table.add_column(f"success@{k}", justify="right")
     table.add_column("best mean at budget", justify="right")
-    table.add_column("ask+tell ms", justify="right")
+    stopped = results.get("stop_at_near_optimal")  # then only the evaluations made, where refits cost most
+    table.add_column("ask+tell ms, mean to near-optimal" if stopped else "ask+tell ms, mean", justify="right")
     random_curve = results["random_expected_success_at"]
     for label, a in results["algorithms"].items():
         median = f"{a['median_evals_to_near_optimal']:g} ({a['evals_p25']:g}-{a['evals_p75']:g})"
