@@ -75,11 +75,13 @@ class Stream(Protocol):
     def submit(self, job: Job) -> None: ...
 
     def next(self) -> tuple[Job, list[Measurement]]:
-        """The next job to finish, with its measurements (recorded before it is handed back)."""
+        """The next job to finish, with its measurements (recorded before it is handed back). A job that
+        raises is no longer pending: the loop drains on ``pending`` after a HostUnavailable."""
         ...
 
     def drop_queued(self) -> None:
-        """Forget the jobs submitted but not started (the host cannot measure now); those running go on."""
+        """Forget what can still be withdrawn of the jobs submitted (the host cannot measure now); the
+        others are measured and handed back."""
         ...
 
 
@@ -285,7 +287,8 @@ class _PoolStream:
         return job, measurements
 
     def drop_queued(self) -> None:
-        self._futures = {f for f in self._futures if not f.cancel()}  # a running future cannot be cancelled
+        # only those the pool has not yet moved to its call queue (workers + 1 of them) can be cancelled
+        self._futures = {f for f in self._futures if not f.cancel()}
 
 
 _WORKER_RUNNERS: dict[str, Runner] = {}

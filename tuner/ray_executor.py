@@ -218,7 +218,7 @@ class _RayStream:
 
     def drop_queued(self) -> None:
         """None dropped: a task Ray has not placed yet cannot be told from one measuring, and cancelling one
-        that measures would leave its device to the reaper. The loop waits for them all."""
+        that measures would leave its device to the reaper. They all run, and the loop waits for them."""
 
 
 # --- in the workers ---------------------------------------------------------------------------------
