@@ -148,8 +148,8 @@ class TwoSlots:
 
     kind, workers, asynchronous = "local", 2, True
 
-    def __init__(self, busy_on: set[int]):
-        self.busy_on, self.submitted, self.dropped = busy_on, 0, []
+    def __init__(self, busy_on: set[int], broken_on: set[int] = frozenset()):
+        self.busy_on, self.broken_on, self.submitted, self.dropped = busy_on, broken_on, 0, []
 
     def start(self):
         pass
@@ -180,6 +180,8 @@ class TwoSlots:
                 number, job = jobs.popleft()
                 if number in executor.busy_on:
                     raise HostUnavailable("the host is busy")
+                if number in executor.broken_on:
+                    raise RuntimeError("a worker died")
                 return job, measure(runner, workload, job, record)
 
             def drop_queued(self):
@@ -208,6 +210,18 @@ def test_a_busy_host_lets_the_jobs_in_flight_finish_and_starts_none(sqlite_url, 
     retried = {t.retry_of: t for t in history.trials(campaign.id) if t.retry_of is not None}
     assert {trials[3].id, trials[5].id} == set(retried)
     assert all(retried[t.id].config == t.config and retried[t.id].status == "SUCCEEDED" for t in (trials[3], trials[5]))
+
+
+def test_a_drain_that_breaks_still_stops_the_campaign_for_the_host(sqlite_url, bdbc):
+    """A job that fails otherwise while the loop drains (a worker died) does not hide why the campaign stops."""
+    history = History(sqlite_url)
+    campaign = Campaign.create(history, spec(bdbc, budget=8, seed=2, batch_size=3),
+                               executor=TwoSlots(busy_on={4}, broken_on={5}))
+    with pytest.raises(HostUnavailable, match="the host is busy"):
+        campaign.run()
+    record = history.campaign(campaign.id)
+    assert record.state == "failed" and "the host is busy" in record.note
+    assert [t.status for t in history.trials(campaign.id)] == ["SUCCEEDED"] * 3 + ["STALE"] * 3
 
 
 @pytest.mark.parametrize("error", ["busy", "refused"])

@@ -151,6 +151,10 @@ def run_loop(
                 host_error = e
                 stream.drop_queued()
             continue
+        except Exception as e:  # the drain broke (a worker died): the host's error is still why the loop stops
+            if host_error is None:
+                raise
+            raise host_error from e
         trial = in_flight.pop(job.trial_id)
         if races is not None:
             measurements = races.add(trial, measurements)
