@@ -108,7 +108,7 @@ def comparison_table(results: dict) -> Table:
     for k in marks:
         table.add_column(f"success@{k}", justify="right")
     table.add_column("best mean at budget", justify="right")
-    stopped = results.get("stop_at_near_optimal")  # then only the evaluations made, where refits cost most
+    stopped = results.get("stop_at_near_optimal")  # then over the evaluations made, not the time at the budget
     table.add_column("ask+tell ms, mean to near-optimal" if stopped else "ask+tell ms, mean", justify="right")
     random_curve = results["random_expected_success_at"]
     for label, a in results["algorithms"].items():

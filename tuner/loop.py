@@ -87,9 +87,9 @@ def run_loop(
     (a GA's generation, ``Tuner.whole_batches``) and a local executor are asked for a batch when the
     previous one has finished. ``stop`` is asked before any trial starts: when it says yes, the loop
     drains (the trials in flight are recorded; none is started) and returns with ``stopped`` set.
-    When a job raises HostUnavailable (the host cannot measure now), the loop drains the same way, the
-    jobs submitted but not started are dropped, and it raises: the trials left running are the
-    campaign's to re-run."""
+    When a job raises HostUnavailable (the host cannot measure now), the loop drains the same way, after
+    withdrawing what the stream can of the jobs submitted (``Stream.drop_queued``), and raises: the trials
+    left running are the campaign's to re-run."""
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated)
     queue = list(queue)
