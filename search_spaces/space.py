@@ -20,6 +20,10 @@ from search_spaces.parameter import InvalidConfig, Parameter
 MAX_SAMPLE_ATTEMPTS = 10_000
 
 
+def _pinned_to(p: Parameter, value: Value) -> bool:
+    return p.values == (value,) if p.values else p.low == p.high == value
+
+
 def _pin(p: Parameter, value: Value) -> Parameter:
     if p.values:
         return replace(p, values=(value,), default=value)
@@ -139,9 +143,12 @@ class SearchSpace:
     def fix(self, values: Mapping[str, Any]) -> SearchSpace:
         """The same space with some parameters pinned to one value each (``--fix replicas=3``).
         The conditions stay: a pinned parameter still applies only where its ``when`` holds."""
-        if not values:
-            return self
         pinned = {name: self[name].canonical(value) for name, value in values.items()}
+        # pinning a parameter again to its one value changes nothing, the description included (a campaign's
+        # runner is pinned by its checks and again by its creation: twice-labelled, it could not be resumed)
+        pinned = {name: value for name, value in pinned.items() if not _pinned_to(self[name], value)}
+        if not pinned:
+            return self
         parameters = [_pin(p, pinned[p.name]) if p.name in pinned else p for p in self.parameters]
         label = ", ".join(f"{k}={v}" for k, v in pinned.items())
         return SearchSpace(self.name, parameters, self.forbidden, f"{self.description} ({label} fixed)", self.start)

@@ -283,6 +283,45 @@ def test_resume_refuses_a_changed_dataset(sqlite_url, tmp_path):
         Campaign.resume(history, campaign.id)
 
 
+def interrupted(history: History, bdbc: Path, runner=None, **kw) -> int:
+    """A campaign of 8 on BDBC with hAVE_CRYPTO pinned, stopped by Ctrl-C at its fourth measurement."""
+    runner = FlakyRunner(runner or make_runner("dataset", dataset=str(bdbc)), {3: KeyboardInterrupt()})
+    campaign = Campaign.create(history, spec(bdbc, budget=8, seed=2, fixed={"hAVE_CRYPTO": 1}, **kw), runner=runner)
+    with pytest.raises(KeyboardInterrupt):
+        campaign.run()
+    return campaign.id
+
+
+def test_a_pinned_campaign_checked_before_it_is_created_can_be_resumed(sqlite_url, bdbc):
+    """`storetune tune --fix` checks the campaign (prepare) and then creates it with the runner it checked:
+    the parameters pinned twice are labelled once, so the printed --resume finds the same space."""
+    history = History(sqlite_url)
+    checked, _ = Campaign.prepare(spec(bdbc, fixed={"hAVE_CRYPTO": 1}))
+    campaign_id = interrupted(history, bdbc, runner=checked)
+    assert history.campaign(campaign_id).space["description"].count("fixed") == 1
+    summary = Campaign.resume(history, campaign_id).run()
+    assert summary.evaluated == 8
+    assert {t.config["hAVE_CRYPTO"] for t in history.trials(campaign_id)} == {1}
+
+
+def test_a_campaign_the_cli_labelled_twice_is_still_resumed(sqlite_url, bdbc):
+    """Until 2026-11-27 `storetune tune --fix` recorded the space's description with its pins labelled
+    twice; those stopped campaigns are resumed, not refused as a changed space."""
+    history = History(sqlite_url)
+    runner = make_runner("dataset", dataset=str(bdbc))
+    runner.space = runner.space.fix({"hAVE_CRYPTO": 1})
+    runner.space.description += " (hAVE_CRYPTO=1 fixed)"  # what the second pinning added
+    campaign_id = interrupted(history, bdbc, runner=runner)
+    assert history.campaign(campaign_id).space["description"].count("fixed") == 2
+    assert Campaign.resume(history, campaign_id).run().evaluated == 8
+    other = make_runner("dataset", dataset=str(bdbc))
+    other.space = other.space.fix({"hAVE_CRYPTO": 1})
+    other.space.description += " (hAVE_CRYPTO=0 fixed)"  # a label that was never the campaign's
+    refused = interrupted(history, bdbc, runner=other)
+    with pytest.raises(ValueError, match="changed since it started"):
+        Campaign.resume(history, refused)
+
+
 def test_resuming_a_finished_campaign_runs_nothing_more(sqlite_url, bdbc):
     history = History(sqlite_url)
     summary = Campaign.create(history, spec(bdbc, budget=4)).run()

@@ -374,6 +374,41 @@ def test_a_tune_killed_mid_benchmark_leaves_nothing_after_the_next_start(loop_di
     assert leftovers(loop_dir) == NOTHING  # no loop device, mount, process, image, work folder or setup log
 
 
+def test_tune_stopped_by_the_host_exits_75_and_its_resume_measures_the_same_configuration(loop_dir, tmp_path):
+    """A real `storetune tune` whose run cannot use the host-settings lock (a lock file anyone may write,
+    as a planted one would be) stops with EX_TEMPFAIL (75), not the user-error 2: one error line that
+    names the lock and the command that finishes the campaign, no configuration blamed, the device torn
+    down. With the lock file put right, that command measures the same configuration."""
+    from conftest import run_cli
+    from tuner import History
+
+    lock = tmp_path / "host.lock"  # a private lock: only this test's runs
+    lock.touch()
+    lock.chmod(0o666)
+    db = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    env = {"STORETUNE_HOST_LOCK": str(lock)}
+    proc = run_cli("tune", "--runner", "device", "--loop-dir", str(loop_dir), "--loop-size-mib", "320",
+                   "--fileset-mib", "16", "--workload", "varmail", "--runtime", "1", "--fix", "fs=ext4",
+                   "--budget", "1", "--seed", "1", db=db, env=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 75, proc.stderr
+    (error,) = [line for line in lines if line.startswith("error:")]
+    assert f"refusing the host-settings lock {lock}" in error and "mode 666" in error
+    assert leftovers(loop_dir) == NOTHING
+    history = History(db)
+    (campaign,) = history.campaigns()
+    assert "no configuration is blamed" in error and error.endswith(f"Finish it with: storetune tune --resume {campaign.id}")
+    (stopped,) = history.trials(campaign.id)
+    assert campaign.state == "failed" and stopped.status == "STALE"
+
+    lock.chmod(0o600)
+    again = run_cli("tune", "--resume", str(campaign.id), "--json", db=db, env=env)
+    assert again.returncode == 0, again.stderr
+    (retry,) = [t for t in history.trials(campaign.id) if t.retry_of == stopped.id]
+    assert retry.status == "SUCCEEDED" and retry.config == stopped.config
+    assert leftovers(loop_dir) == NOTHING
+
+
 def test_dry_run_touches_nothing(loop_dir, capsys):
     r = runner(loop_dir, dry_run=True, echo=print)
     m = r.run(r.space.validate({"fs": "btrfs", "btrfs_compress": "zstd"}, fill_defaults=True), r.workload, seed=1)

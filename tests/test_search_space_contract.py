@@ -172,3 +172,13 @@ def test_out_of_domain_value_names_parameter_and_allowed_values(space: SearchSpa
 def test_fingerprint_is_stable():
     assert load_space("storage_v1").fingerprint() == load_space("storage_v1").fingerprint()
     assert load_space("storage_v1").fingerprint() != load_space("storage_v2").fingerprint()
+
+
+def test_pinning_again_what_is_pinned_changes_nothing(space):
+    """A campaign's space is pinned by its checks and again by its creation: the second pinning must not
+    change the fingerprint the campaign is resumed by."""
+    default = space.default()
+    name = next(iter(default))
+    once = space.fix({name: default[name]})
+    assert once.fix({name: default[name]}).fingerprint() == once.fingerprint()
+    assert once.fix({}).fingerprint() == once.fingerprint()

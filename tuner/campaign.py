@@ -9,6 +9,7 @@ Only finished trials (SUCCEEDED, FAILED, INVALID, TIMEOUT) count towards the bud
 from __future__ import annotations
 
 
+import copy
 import inspect
 import os
 import socket
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runners import Direction, HostUnavailable, Runner, Status, make_runner
-from search_spaces import Config
+from search_spaces import Config, SearchSpace
 from tuner.analysis import CampaignSummary, evaluations
 from tuner.executor import Executor, LocalExecutor
 from tuner.history import History
@@ -196,7 +197,7 @@ class Campaign:
         _refuse_parallel_if_exclusive(runner, executor)
         if runner.workload.fingerprint() != record.workload_fingerprint:
             raise ValueError(f"campaign {campaign_id}: its workload {record.workload_name} changed since it started")
-        if runner.space.fingerprint() != record.space_fingerprint:
+        if record.space_fingerprint not in (runner.space.fingerprint(), _labelled_twice(runner.space, record.fixed)):
             raise ValueError(f"campaign {campaign_id}: the search space {record.space_name} changed since it started")
         return cls(history, record, runner, campaign_objective(record), executor)
 
@@ -352,6 +353,17 @@ def driver_alive(host: str | None, pid: int | None) -> bool:
     except OSError:
         return True  # cannot tell: err on the side of not driving one campaign twice
     return any(mark in cmdline for mark in DRIVER_MARKS)  # a reused pid or a zombie is not a driver
+
+
+def _labelled_twice(space: SearchSpace, fixed: dict[str, Any]) -> str | None:
+    """The fingerprint ``space`` had when ``storetune tune --fix`` pinned it twice, each time labelling its
+    description (until 2026-11-27): the campaigns it stopped can still be resumed. None if nothing is fixed."""
+    if not fixed:
+        return None
+    label = ", ".join(f"{k}={space[k].canonical(v)}" for k, v in fixed.items())
+    twice = copy.copy(space)  # the description is only a label: the same parameters, forbidden rules and rows
+    twice.description = f"{space.description} ({label} fixed)"
+    return twice.fingerprint()
 
 
 def dry_run(spec: CampaignSpec, runner: Runner, evaluations: int,
