@@ -294,6 +294,64 @@ def test_the_tracefs_tracer_refuses_while_someone_else_traces(loop_dir, tracefs_
         (tracefs_root / "tracing_on").write_text(tracing_on)
 
 
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the device runner needs root")
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (make setup-devices)")
+def test_a_traced_run_waits_for_another_storetunes_and_gives_up_in_one_line(loop_dir, tracefs_root, monkeypatch):
+    """ftrace is one per host: a traced run waits while another StoreTune's holds it (the ftrace lock), gives
+    up after its wait with one line and nothing changed, and traces once the other is done."""
+    import fcntl
+    import threading
+
+    from runners.device.host import open_lock
+
+    before, mounts_before = ftrace_state(tracefs_root), tracefs_mounts()
+    if before["current_tracer"] != "nop" or before["set_event"]:
+        pytest.skip(f"ftrace is in use on this host: {before['current_tracer']}, events {before['set_event']!r}")
+    other = open_lock(tracefs.FTRACE_LOCK, "ftrace lock")  # another StoreTune's traced run
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(other)
+        pytest.skip("another traced run holds ftrace on this host now")
+    freed = threading.Event()
+
+    def free() -> None:
+        os.close(other)
+        freed.set()
+
+    released = threading.Timer(2.0, free)
+    try:
+        monkeypatch.setattr(tracefs, "FTRACE_WAIT_S", 0.5)
+        started = time.monotonic()
+        with pytest.raises(TraceUnavailable) as e:
+            traced_run(settings(loop_dir), runtime_s=2, tracer="tracefs")
+        assert str(e.value) == (f"another traced run on this host kept ftrace ({tracefs.FTRACE_LOCK}) for more than "
+                                "0.5 s; try again when it ends")
+        assert time.monotonic() - started >= 0.5
+        assert ftrace_state(tracefs_root) == before and tracefs_mounts() == mounts_before  # nothing changed
+        nothing_left(loop_dir)
+
+        monkeypatch.setattr(tracefs, "FTRACE_WAIT_S", 60.0)
+        released.start()  # the other run ends in 2 s: this one waits for it, then traces
+        run = traced_run(settings(loop_dir), runtime_s=2, tracer="tracefs")
+        assert freed.is_set() and run.source == "tracefs" and len(run.trace) > 0
+        assert_restored(ftrace_state(tracefs_root), before)
+        nothing_left(loop_dir)
+    finally:
+        released.cancel()
+        if released.is_alive():
+            released.join()
+        if not freed.is_set():
+            free()
+    mine = open_lock(tracefs.FTRACE_LOCK, "ftrace lock")
+    try:  # the traced run gave ftrace back
+        fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(mine)
+
+
 def read_ftrace(device: str | None = None) -> dict[str, str]:
     """ftrace_state, mounting tracefs for the moment if it is not mounted (and unmounting it again)."""
     root = tracefs.tracefs_mount()

@@ -44,6 +44,23 @@ class HostLockRefused(HostUnavailable, OSError):
     configuration's. An OSError too, with the errno, for the reaper that reports it."""
 
 
+def open_lock(path: Path, what: str) -> int:
+    """Open a lock file root owns and no one else can write (a planted file or link is refused with
+    HostLockRefused, naming ``what``)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise HostLockRefused(e.errno, f"cannot open the {what} {path}: {e.strerror}") from None
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022 or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise HostLockRefused(errno.EPERM, f"refusing the {what} {path}: owned by uid {info.st_uid}, mode "
+                              f"{info.st_mode & 0o777:o}, {info.st_nlink} link(s) (it must be a file of this user's "
+                              "alone, writable by no one else)")
+    return fd
+
+
 class HostSettings:
     """The host-wide settings a measurement may change (vm.dirty_bytes, ASLR for Filebench) belong to every
     measurement on the host, whichever StoreTune or worker runs it. A run that changes them holds this lock
@@ -108,19 +125,7 @@ class HostSettings:
 
     @staticmethod
     def _open(path: Path) -> int:
-        """Open a lock file root owns and no one else can write (a planted file or link is refused)."""
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as e:
-            raise HostLockRefused(e.errno, f"cannot open the host-settings lock {path}: {e.strerror}") from None
-        info = os.fstat(fd)
-        if info.st_uid != os.geteuid() or info.st_mode & 0o022 or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            os.close(fd)
-            raise HostLockRefused(errno.EPERM, f"refusing the host-settings lock {path}: owned by uid {info.st_uid}, mode "
-                          f"{info.st_mode & 0o777:o}, {info.st_nlink} link(s) (it must be a file of this user's alone, "
-                          "writable by no one else)")
-        return fd
+        return open_lock(path, "host-settings lock")
 
     def _flock(self, fd: int, mode: int, deadline: float, timeout_s: float) -> None:
         while True:

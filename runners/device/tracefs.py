@@ -5,6 +5,7 @@ and restores."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -16,11 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from runners.device.blkparse import TracedRun, TraceUnavailable, parse_blkparse
+from runners.device.host import HostLockRefused, open_lock
 from runners.device.runner import DeviceRunner
 from runners.device.state import UndoFailed, _unescape, unmount
 
 logger = logging.getLogger(__name__)
 TRACEFS = Path("/sys/kernel/tracing")
+# ftrace is one per host: a traced run holds this from its check that ftrace is free until it has put every
+# setting back and unmounted what it mounted, so that two StoreTunes never both find it free and then share
+# (and split) one ring buffer, or unmount tracefs under each other. Beside the host-settings lock, in /run.
+FTRACE_LOCK = Path("/run/storetune-ftrace.lock")
+FTRACE_WAIT_S = 300.0  # another traced run holds ftrace for its setup, runtime and drain: seconds, rarely minutes
+POLL_S = 0.1
 # per CPU: a 3 s varmail run on a loop device made 133k events, 8 MB of text, about 10 MB of ring buffer
 # (a 48-byte record and ftrace's headers each); the reader drains the buffer during the run, and this holds
 # such a run whole even if it fell behind and every event landed on one CPU
@@ -112,11 +120,16 @@ class Tracefs:
     for kernels whose lockdown refuses blktrace its debugfs files. Ftrace is host-wide: every setting changed
     (current_tracer, trace_clock, trace options, buffer_size_kb, tracing_on, the device's trace/enable) is
     recorded in the runner's setup log before it is changed, restored after the timed run, and restored by
-    the reaper after a SIGKILL; tracefs mounted here is unmounted at ``close``. Refuses, changing nothing,
-    while someone else traces (current_tracer not nop, events enabled, the device traced)."""
+    the reaper after a SIGKILL; tracefs mounted here is unmounted at ``close``. Another StoreTune's traced
+    run is waited for (``FTRACE_LOCK``, held from ``open`` to ``close``, up to ``wait_s``); while someone else
+    traces (current_tracer not nop, events enabled, the device traced) it refuses, changing nothing."""
 
-    def __init__(self, runner: DeviceRunner, directory: Path, name: str = "trace", buffer_kb: int = BUFFER_KB):
+    def __init__(self, runner: DeviceRunner, directory: Path, name: str = "trace", buffer_kb: int = BUFFER_KB,
+                 wait_s: float | None = None):
         self.runner, self.directory, self.name, self.buffer_kb = runner, directory, name, buffer_kb
+        # how long another StoreTune's traced run may keep ftrace before this one gives up
+        self.wait_s = FTRACE_WAIT_S if wait_s is None else wait_s
+        self._lock: int | None = None
         self.device = runner.target().device
         self.root: Path | None = None
         self._mount_entry: int | None = None
@@ -127,7 +140,9 @@ class Tracefs:
         self.read_bytes = 0
 
     def open(self) -> dict[str, Any]:
-        """tracefs mounted (here, recorded, if it is not) and ftrace free; else TraceUnavailable."""
+        """ftrace this run's (after any other StoreTune's traced run), tracefs mounted (here, recorded, if it
+        is not) and ftrace free; else TraceUnavailable. ``close`` gives ftrace back."""
+        self._hold_ftrace()
         log, shell = self.runner.log, self.runner.shell
         root, done = tracefs_mount(), {}
         if root is None:
@@ -149,17 +164,42 @@ class Tracefs:
             raise TraceUnavailable(busy)
         return done
 
-    def close(self) -> None:
-        """Unmount tracefs if it was mounted here."""
-        if self._mount_entry is None:
+    def _hold_ftrace(self) -> None:
+        if self.runner.shell.dry_run or self._lock is not None:
             return
         try:
-            unmount(self.runner.shell, str(TRACEFS))
-        except UndoFailed as e:  # kept in the setup log: the next start tries again
-            logger.warning("%s (the next start tries again)", e)
-            return
-        self.runner.log.done(self._mount_entry)
-        self._mount_entry = None
+            fd = open_lock(FTRACE_LOCK, "ftrace lock")
+        except HostLockRefused as e:
+            raise TraceUnavailable(str(e)) from None
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._lock = fd
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise TraceUnavailable(f"another traced run on this host kept ftrace ({FTRACE_LOCK}) for more "
+                                           f"than {self.wait_s:g} s; try again when it ends") from None
+                time.sleep(POLL_S)
+
+    def close(self) -> None:
+        """Unmount tracefs if it was mounted here; give ftrace back."""
+        try:
+            if self._mount_entry is None:
+                return
+            try:
+                unmount(self.runner.shell, str(TRACEFS))
+            except UndoFailed as e:  # kept in the setup log: the next start tries again
+                logger.warning("%s (the next start tries again)", e)
+                return
+            self.runner.log.done(self._mount_entry)
+            self._mount_entry = None
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)  # closing the only descriptor releases the flock
+                self._lock = None
 
     @contextmanager
     def running(self) -> Iterator[Tracefs]:
