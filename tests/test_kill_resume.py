@@ -7,6 +7,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,9 +19,9 @@ from test_runner_contract import bench_command
 pytestmark = pytest.mark.slow
 
 
-def start(args: list[str], db: str, **env: str) -> subprocess.Popen:
+def start(args: list[str], db: str, launcher: list[str] = STORETUNE, **env: str) -> subprocess.Popen:
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_DATABASE_URL": db, **env}
-    return subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT,
+    return subprocess.Popen([*launcher, *args], env=environment, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -92,12 +93,15 @@ def test_sigkill_a_dataset_replay_then_resume_measures_every_configuration_once(
     check_resumed(db, path, budget=2560, running_at_kill=at_kill.count("RUNNING"))
 
 
-def test_resume_refuses_while_the_driver_is_alive(tmp_path: Path):
+@pytest.mark.parametrize("launcher", [STORETUNE, [sys.executable, "-m", "api.cli"]], ids=["script", "module"])
+def test_resume_refuses_while_the_driver_is_alive(tmp_path: Path, launcher: list[str]):
+    """Whether the driver runs as `storetune` or as `python -m api.cli` (judged dead once: two drivers then
+    ran the campaign past its budget)."""
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"
     args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
             "--metric", "throughput_ops", "--budget", "20"]
-    proc = start(args, db, BENCH_SLEEP="0.2")
+    proc = start(args, db, launcher, BENCH_SLEEP="0.2")
     try:
         deadline = time.monotonic() + 60
         while "SUCCEEDED" not in statuses(path) and time.monotonic() < deadline:

@@ -335,8 +335,9 @@ def _refuse_if_driven_elsewhere(record: CampaignView, handed_by: int | None = No
         raise ValueError(f"campaign {record.id} is still being run by {who}; stop it first")
 
 
-# What a StoreTune driver's command line holds: `storetune ...`, a service's worker `-m api.worker`.
-DRIVER_MARKS = (b"storetune", b"api.worker", b"tuner")
+# What a StoreTune driver's command line holds: `storetune ...`, `python -m api.cli ...` (the same command
+# without its script: judged dead once, so a second driver was let in), a service's worker `-m api.worker`.
+DRIVER_MARKS = (b"storetune", b"api.cli", b"api.worker", b"tuner")
 
 
 def driver_alive(host: str | None, pid: int | None) -> bool:
