@@ -72,6 +72,9 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--dataset", "{bdbc}", "--algorithm", "annealing"], "unknown algorithm 'annealing'"),
         (["tune", "--dataset", "{bad}"], "line 3: 4 fields where the header has 3"),
         (["tune", "--dataset", "{bdbc}", "--budget", "5000"], "more than the 2560 configurations"),
+        # the grid's 3 configurations ran out and the campaign said the space was exhausted
+        (["tune", "--dataset", "{bdbc}", "--algorithm", "grid", "--budget", "10"],
+         "more than the 3 configurations of the grid here (per_stratum 3 for the whole space: none of the strata"),
         (["tune", "--dataset", "/no/such.csv"], "no such dataset file or folder"),
         (["tune", "--runner", "fio"], "unknown runner 'fio'"),
         (["tune", "--resume", "77"], "no campaign 77"),

@@ -139,8 +139,15 @@ class Campaign:
             raise InvalidSpec("budget",
                               f"a budget of {spec.budget} is more than the {size} configurations of "
                               f"{runner.space.name}; use a budget of {size} or less")
-        _checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
-                                                        direction=objective.direction, params=spec.algorithm_params))
+        tuner = _checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
+                                                                direction=objective.direction,
+                                                                params=spec.algorithm_params))
+        if hasattr(tuner, "capacity"):  # a fixed set of configurations (grid), smaller than the space
+            held, why = tuner.capacity()
+            if spec.budget > held:
+                raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
+                                            f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
+                                            "its hyperparameter per_stratum")
         return runner, objective
 
     @classmethod

@@ -32,8 +32,15 @@ class GridSearch(Tuner):
 
     def __init__(self, space: Any, **kwargs: Any):
         super().__init__(space, **kwargs)
-        self.grid = stratified_sample(self, self.params.per_stratum,
-                                      [s for s in self.params.strata.split(",") if s in space])
+        self.strata = [s for s in self.params.strata.split(",") if s in space]
+        self.grid = stratified_sample(self, self.params.per_stratum, self.strata)
+
+    def capacity(self) -> tuple[int, str]:
+        """How many configurations the grid holds, and why that many (a campaign's budget beyond it is
+        refused: the grid, not the space, would run out)."""
+        over = (f"each combination of {', '.join(self.strata)} the space allows" if self.strata else
+                f"the whole space: none of the strata {self.params.strata} is one of its parameters")
+        return len(self.grid), f"per_stratum {self.params.per_stratum} for {over}"
 
     def _ask(self, n: int) -> list[Config]:
         return [c for c in self.grid if not self.known(c)][:n]
