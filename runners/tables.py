@@ -304,6 +304,10 @@ def _split_columns(
     columns = list(frame.columns)
     if fmt == "moot":  # every column named with a trailing - or + is an objective
         objectives = [c for c in columns if c.endswith(("-", "+"))]
+        both = [c for c in objectives if c.endswith("-") and f"{c[:-1]}+" in objectives]
+        if both:  # two columns would both be the metric, one minimised and one maximised
+            raise DatasetError(f"{paths[0]}: line 1: columns {both[0]!r} and {both[0][:-1] + '+'!r} would both be "
+                               f"the objective {both[0][:-1]!r}, minimised and maximised")
         metrics = {c[:-1]: "min" if c.endswith("-") else "max" for c in objectives}
         if len(metrics) > 1:
             if metric is None:

@@ -135,6 +135,8 @@ def test_malformed_tables_say_which_file_and_line(tmp_path: Path, text: str, mes
         ("a,repeat,ops\n1,0,7\n2,0,8\n1,0,9\n", "line 4: the same configuration and repeat as line 2"),
         ("a,repeat,ops\n1,x,7\n", "line 2: column 'repeat' is 'x', not a count from 0"),
         ("a,PERF,PERF-\n1,2,3\n", "line 1: columns 'PERF' and 'PERF-' would both be named 'PERF'"),
+        ("a,PERF-,PERF+\n1,2,3\n2,3,4\n",  # was a TypeError traceback
+         "line 1: columns 'PERF-' and 'PERF\\+' would both be the objective 'PERF', minimised and maximised"),
     ],
 )
 def test_long_tables_are_checked_too(tmp_path: Path, text: str, message: str):
