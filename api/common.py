@@ -39,7 +39,11 @@ class UserError(Exception):
 
 
 def database_url(db: str | None) -> str:
-    """``--db``, else $STORETUNE_DATABASE_URL, else the default SQLite file."""
+    """``--db``, else $STORETUNE_DATABASE_URL, else the default SQLite file. An empty ``--db`` (a shell
+    variable that is not set) is refused: it used to mean the default history, written without a word."""
+    if db is not None and not db.strip():
+        raise UserError("--db is empty (an unset shell variable?): name the history, e.g. "
+                        "sqlite:////path/to/history.sqlite, or leave --db out for the default one")
     return db or Settings().database_url
 
 

@@ -109,6 +109,12 @@ def test_check_accepts_a_valid_configuration():
         (["campaigns", "--db", "mysql://a@b/c"], "a history is SQLite or PostgreSQL, not mysql"),
         (["campaigns", "--db", "/tmp/h.sqlite"], "'/tmp/h.sqlite' is not a history URL: write sqlite:////path"),
         (["tune", "--dataset", "{bdbc}", "--db", "sqlite://"], "sqlite:// is a history in memory"),
+        # from a helper's trial: the default history was written; a traceback and a comparison left running
+        (["tune", "--dataset", "{bdbc}", "--db", ""], "--db is empty (an unset shell variable?)"),
+        (["tune", "--dataset", "{bdbc}", "--seed", str(2**63)], "the seed must be from 0 to 2^63 - 1, not"),
+        (["tune", "--dataset", "{bdbc}", "--seed", "-1"], "the seed must be from 0 to 2^63 - 1, not -1"),
+        (["compare", "--dataset", "{bdbc}", "--first-seed", "-1"], "--first-seed must be from 0 to 2^62 - 1, not -1"),
+        (["compare", "--dataset", "{bdbc}", "--first-seed", str(2**64)], "--first-seed must be from 0 to 2^62 - 1"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Path, args, message):
@@ -120,7 +126,7 @@ def test_bad_input_is_one_line_and_writes_nothing(sqlite_url, bdbc, tmp_path: Pa
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
-    assert History(sqlite_url).campaigns() == []
+    assert History(sqlite_url).campaigns() == [] and History(sqlite_url).comparisons() == []
 
 
 def test_a_refused_campaign_creates_no_history_file(tmp_path: Path):

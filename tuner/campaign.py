@@ -71,6 +71,9 @@ class InvalidSpec(ValueError):
         self.field = field
 
 
+SEED_LIMIT = 2**63  # seeds are stored as signed 64-bit integers (SQLite, PostgreSQL's bigint)
+
+
 def _checked(field: str, check: Callable[[], Any]) -> Any:
     try:
         return check()
@@ -129,6 +132,8 @@ class Campaign:
                                             "--objective are relative to each campaign's first trial")
         if spec.warm_start not in WARM_STARTS:
             raise InvalidSpec("warm_start", f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
+        if not 0 <= spec.seed < SEED_LIMIT:  # the history stores it as a signed 64-bit integer
+            raise InvalidSpec("seed", f"the seed must be from 0 to 2^63 - 1, not {spec.seed}")
         for name, field, value in (("budget", "budget", spec.budget), ("repeats", "repeats", spec.repeats),
                                    ("batch size", "parallel", spec.batch_size)):
             if value < 1:

@@ -26,6 +26,7 @@ from tuner.objective import Objective
 from tuner.views import TrialView
 from tuner.registry import algorithm_target, make_tuner
 
+FIRST_SEED_LIMIT = 2**62  # the seeds after it stay within the history's signed 64-bit integers
 OVERHEAD_WINDOW = 10  # evaluations averaged for "ask+tell at the budget's end"
 
 
@@ -141,6 +142,8 @@ class Comparison:
         for name, value in (("seeds", spec.seeds), ("budget", spec.budget), ("repeats", spec.repeats)):
             if value < 1:
                 raise ValueError(f"--{name} must be at least 1, not {value}")
+        if not 0 <= spec.first_seed < FIRST_SEED_LIMIT:
+            raise ValueError(f"--first-seed must be from 0 to 2^62 - 1, not {spec.first_seed}")
         runner = make_runner("dataset", spec.runner_settings)
         size = runner.space.cardinality()
         if spec.budget > size:
