@@ -111,6 +111,9 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--dataset", "{bdbc}", "--db", "sqlite://"], "sqlite:// is a history in memory"),
         # from a helper's trial: the default history was written; a traceback and a comparison left running
         (["tune", "--dataset", "{bdbc}", "--db", ""], "--db is empty (an unset shell variable?)"),
+        (["tune", "--dataset", "{bdbc}", "--fix", "pS=4K", "--fix", "pS=8K"],
+         "--fix names pS twice (pS=4K and pS=8K): give it once"),
+        (["check", "--space", "storage_v1", "fs=xfs", "fs=ext4"], "configuration names fs twice (fs=xfs and fs=ext4)"),
         (["tune", "--dataset", "{bdbc}", "--seed", str(2**63)], "the seed must be from 0 to 2^63 - 1, not"),
         (["tune", "--dataset", "{bdbc}", "--seed", "-1"], "the seed must be from 0 to 2^63 - 1, not -1"),
         (["compare", "--dataset", "{bdbc}", "--first-seed", "-1"], "--first-seed must be from 0 to 2^62 - 1, not -1"),
