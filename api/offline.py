@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -65,8 +66,16 @@ def compare(
     executor.start()  # join the cluster before the comparison is recorded: a refusal leaves nothing behind
     comparison = Comparison.create(history, spec)
     title = f"comparison {comparison.id} on {comparison.runner.table.name}"
-    with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
-        results = comparison.run(executor, on_seed=progress.update)
+    try:
+        with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
+            results = comparison.run(executor, on_seed=progress.update)
+    except KeyboardInterrupt:  # recorded as interrupted by the run; it used to end without a word
+        err.print(f"interrupted: comparison {comparison.id} stopped; the seeds it finished are in the history, "
+                  "but a comparison does not resume: run it again", highlight=False, soft_wrap=True)
+        sys.exit(130)
+    except Exception as e:  # not left "running" for ever: failed, with why
+        history.finish_comparison(comparison.id, "failed", None, f"{type(e).__name__}: {e}")
+        raise
     if out is not None:
         for path in write_comparison(out, results, comparison.runs):
             err.print(f"wrote {path}")

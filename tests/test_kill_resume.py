@@ -140,3 +140,25 @@ def test_ctrl_c_during_tune_says_how_to_resume(tmp_path: Path):
     assert last.startswith("interrupted: campaign 1 stopped") and last.endswith(f"storetune tune --resume 1 --db {db}")
     summary = json.loads(run_cli("tune", "--resume", "1", "--json", db=db, check=True).stdout.strip().splitlines()[-1])
     assert summary["evaluated"] == 60 and summary["state"] == "finished"
+
+
+def test_ctrl_c_during_compare_says_what_is_kept(tmp_path: Path, bdbc):
+    """Ctrl-C during `storetune compare` used to exit 130 without a word; it is recorded as interrupted."""
+    path = tmp_path / "history.sqlite"
+    db = f"sqlite:///{path}"
+    args = ["compare", "--dataset", str(bdbc), "--algorithms", "random", "--seeds", "1000", "--budget", "200",
+            "--workers", "1", "--db", db]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    started = time.monotonic()
+    while "SUCCEEDED" not in statuses(path) and time.monotonic() < started + 60:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == ("interrupted: comparison 1 stopped; the seeds it finished are in the "
+                                               "history, but a comparison does not resume: run it again")
+    with sqlite3.connect(path) as c:
+        assert c.execute("SELECT state FROM comparisons").fetchall() == [("interrupted",)]
