@@ -265,6 +265,9 @@ def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, 
         return
     console.print(render.summary_table(summary))
     db = f" --db {_shown_url(database)}" if database else ""
+    if summary.state == "cancelled":  # over the REST API, while this command drove it
+        console.print(f"cancelled before its budget; its trials are kept. Finish it with: storetune tune --resume "
+                      f"{summary.campaign}{db}", highlight=False, soft_wrap=True)
     console.print(f"see every trial: storetune trials {summary.campaign}{db}   the best: storetune best "
                   f"{summary.campaign}{db}")
 
