@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tuner.registry import DEFAULT_ALGORITHM, SEARCH_ALGORITHMS
 
@@ -179,8 +179,15 @@ class ComparisonCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset: list[str] = Field(min_length=1, description="The exhaustive table(s) to replay.")
+    dataset: list[str] = Field(min_length=1, description="The exhaustive table(s) to replay: a path, or a list of "
+                                                         "paths (one table split over files).")
     context: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _one_path(cls, value: Any) -> Any:  # as POST /campaigns' runner_settings.dataset takes it
+        return [value] if isinstance(value, str) else value
+
     algorithms: list[str | VariantCreate] = Field(
         default_factory=lambda: list(SEARCH_ALGORITHMS), min_length=1,
         description="Algorithms, each a name (\"ga\"), \"ga:mutation_rate=0.05\", or {algorithm, params}.")

@@ -153,7 +153,8 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         assert done["campaigns"] == 4
         assert client.get("/comparisons").json()["total"] == 1
         # within 0.5: 768 of BDBC's 2,560 are near-optimal, so every seed gets there well before 20
-        stopping = client.post("/comparisons", json={"dataset": [str(bdbc)], "algorithms": ["random"], "seeds": 2,
+        # the dataset as one path, as POST /campaigns takes it (a list was required)
+        stopping = client.post("/comparisons", json={"dataset": str(bdbc), "algorithms": ["random"], "seeds": 2,
                                                      "budget": 20, "within": 0.5, "stop_at_near_optimal": True})
         assert stopping.status_code == 201 and stopping.json()["settings"]["stop_at_near_optimal"] is True
         stopped = wait_for(client, f"/comparisons/{stopping.json()['id']}", ("finished",))
