@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
 REFRESH_MS = 3000
 
@@ -193,8 +194,12 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     figures: dict[str, dict[str, Any]] = {}
     if not algorithms:
         return figures
-    traces = [go.Scatter(x=list(range(1, len(a["success_at"]) + 1)), y=a["success_at"], mode="lines", name=label)
-              for label, a in algorithms.items()]
+    # one colour per algorithm in every figure (plotly colours traces by their position in each figure)
+    palette = qualitative.Plotly
+    labels = dict.fromkeys([*algorithms, *data["best_so_far"]])
+    colour = {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+    traces = [go.Scatter(x=list(range(1, len(a["success_at"]) + 1)), y=a["success_at"], mode="lines", name=label,
+                         line=dict(color=colour[label])) for label, a in algorithms.items()]
     if data["random_exact"]:
         traces.append(go.Scatter(x=list(range(1, len(data["random_exact"]) + 1)), y=data["random_exact"],
                                  mode="lines", name="random search, exact", line=dict(dash="dash", color="black")))
@@ -205,19 +210,19 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "Higher and further left is better; the dashed line is what random search achieves, computed exactly.")
     if not data["settings"].get("stop_at_near_optimal"):  # a stopped seed has no k-th value, nor a best at every k
         figures["best_so_far"] = _figure(
-            go.Figure([go.Scatter(x=list(range(1, len(c) + 1)), y=c, mode="lines", name=label)
-                       for label, c in data["best_so_far"].items()],
+            go.Figure([go.Scatter(x=list(range(1, len(c) + 1)), y=c, mode="lines", name=label,
+                                  line=dict(color=colour[label])) for label, c in data["best_so_far"].items()],
                       layout=_layout("Median best-so-far over seeds", "evaluations", f"{metric} ({better} is better)",
                                      data["log_scale"])),
             "How good the best configuration found so far is, for a typical seed.")
         figures["instant"] = _figure(
             go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
-                                  name=label) for label, a in algorithms.items()],
+                                  name=label, line=dict(color=colour[label])) for label, a in algorithms.items()],
                       layout=_layout("Instantaneous value: the table mean of the k-th evaluation, averaged over seeds",
                                      "evaluations", f"{metric} ({better} is better)", data["log_scale"])),
             "What production suffers while each algorithm tunes: an algorithm that explores wildly pays here.")
     figures["evals"] = _figure(
-        go.Figure([go.Box(y=a["evals_to_near_optimal"], name=label, boxpoints="outliers")
+        go.Figure([go.Box(y=a["evals_to_near_optimal"], name=label, boxpoints="outliers", marker=dict(color=colour[label]))
                    for label, a in algorithms.items()],
                   layout=_layout("Evaluations to a near-optimal configuration", "algorithm",
                                  "evaluations (budget + 1: never within the budget)")),

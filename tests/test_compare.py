@@ -175,6 +175,30 @@ def test_seeds_stopped_at_their_first_near_optimal_give_the_same_counts(sqlite_u
         "success", "best_so_far", "instant", "evals"]
 
 
+def test_each_algorithm_has_one_colour_and_place_in_every_figure(sqlite_url, bowl):
+    """The seeds' campaigns come back in the order they finished: the best-so-far figure listed (and so
+    coloured) its algorithms in that order and the others in the variants' (sa red in one, ga in another)."""
+    from api.report import comparison_figures
+    from tuner.report import comparison_data
+
+    history = History(sqlite_url)
+    variants = "random,sa,ga:population_size=8"
+    result = Comparison.create(history, spec(bowl, variants, seeds=3, budget=20)).run(LocalExecutor())
+    data = comparison_data(history, result["comparison"])
+    assert list(data["best_so_far"]) == list(data["algorithms"]) == ["random", "sa", "ga[population_size=8]"]
+    data["best_so_far"] = dict(reversed(data["best_so_far"].items()))  # as another finish order would give
+    colours: dict[str, set[str]] = {}
+    for fig in comparison_figures(data).values():
+        for trace in fig["figure"]["data"]:
+            if trace["name"] in data["algorithms"]:
+                colour = (trace.get("line") or {}).get("color") or trace["marker"]["color"]
+                colours.setdefault(trace["name"], set()).add(colour)
+    assert {len(c) for c in colours.values()} == {1} and len(set.union(*colours.values())) == 3
+    from plotly.colors import qualitative  # the template's first three: the first algorithm is blue, as before
+
+    assert [colours[label].pop() for label in data["algorithms"]] == qualitative.Plotly[:3]
+
+
 def test_stopping_at_near_optimal_with_repeats_counts_trials_as_the_full_run(sqlite_url, bowl):
     history = History(sqlite_url)
     runs = [Comparison.create(history, spec(bowl, "sa", seeds=4, budget=40, repeats=2, stop_at_near_optimal=stop))

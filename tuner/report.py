@@ -93,6 +93,9 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
             with np.errstate(all="ignore"):
                 median = np.nanmedian(padded, axis=0) if np.isfinite(padded).any() else padded[0]
             best_so_far[label] = [None if not math.isfinite(v) else float(v) for v in median]
+    # in the variants' order, as every other figure (the seeds' campaigns come in the order they finished)
+    order = {label: i for i, label in enumerate(record.settings.get("variants", []))}
+    best_so_far = dict(sorted(best_so_far.items(), key=lambda item: order.get(item[0], len(order))))
     algorithms = results.get("algorithms", {})
     return {
         "kind": "comparison", "id": record.id, "state": record.state, "note": record.note,
