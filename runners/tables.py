@@ -136,6 +136,11 @@ def load_table(
         space, to_config = _declared_space(manifest["space"], name, config_columns, distinct, where)
     else:
         space, to_config = infer_table_space(name, config_columns, distinct)
+        if not space.parameters:  # a campaign on it ran with an empty best configuration
+            pinned_note = f" once {', '.join(f'{k}={v}' for k, v in pinned.items())} is pinned" if pinned else ""
+            raise DatasetError(f"{paths[0]}: no option column varies{pinned_note} ({len(distinct)} distinct "
+                               f"configuration(s) over {', '.join(config_columns) or 'no option column'}): nothing "
+                               "to tune")
     values = frame[list(metrics)].to_numpy(dtype=float)[order]
     succeeded = (frame["status"].astype(str) == Status.SUCCEEDED.value).to_numpy()[order] if "status" in frame else None
     repeats: dict[Config, np.ndarray] = {}
@@ -196,6 +201,10 @@ def _declared_space(
 
 def _expand(sources: str | Path | Sequence[str | Path]) -> list[Path]:
     items = [sources] if isinstance(sources, (str, Path)) else list(sources)
+    named = [Path(i).resolve() for i in items]
+    twice = next((i for n, i in zip(named, items) if named.count(n) > 1), None)
+    if twice is not None:  # read twice, every configuration looked measured twice in two files
+        raise DatasetError(f"{twice}: named twice as a dataset: give each file or folder once")
     paths: list[Path] = []
     for item in map(Path, items):
         if item.is_dir():

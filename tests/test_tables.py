@@ -146,6 +146,19 @@ def test_long_tables_are_checked_too(tmp_path: Path, text: str, message: str):
         load_table(path)
 
 
+def test_a_table_with_nothing_to_tune_and_a_table_named_twice_are_refused(tmp_path: Path):
+    """Found by a helper's trial: a one-configuration table ran a campaign whose best configuration was
+    empty; the same file given twice looked like every configuration measured twice in two files."""
+    one = write(tmp_path / "one.csv", "a,b,PERF-\n1,2,3\n1,2,4\n")
+    with pytest.raises(DatasetError, match=fr"^{one}: no option column varies \(1 distinct configuration\(s\) over "
+                                           r"a, b\): nothing to tune$"):
+        load_table(one)
+    two = write(tmp_path / "two.csv", "a,PERF-\n1,3\n2,4\n")
+    with pytest.raises(DatasetError, match=fr"^{two}: named twice as a dataset: give each file or folder once$"):
+        load_table([two, tmp_path / "." / "two.csv"])
+    assert load_table([two]).space.cardinality() == 2
+
+
 def test_a_manifest_direction_is_min_or_max(tmp_path: Path):
     write(tmp_path / "m.csv", "a,repeat,ops\n1,0,7\n2,0,8")
     (tmp_path / "manifest.json").write_text(json.dumps({"metrics": {"ops": "up"}}))
