@@ -76,11 +76,16 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
         "repeats": [m.metrics.get(record.objective_metric) for m in top.measurements],
         "test_value": held_out(top, record.objective_metric),
     }
-    rank = None
+    rank = pinned = None
     if record.runner == "dataset":  # a replayed table knows the ground truth
         table = make_runner(record.runner, record.runner_settings).table
-        rank = table_rank(Config(top.config), table.means(record.objective_metric), record.objective_direction)
+        means = table.means(record.objective_metric)
+        rank = table_rank(Config(top.config), means, record.objective_direction)
         result["table_rank"] = rank.to_dict() if rank else None
+        if record.fixed:  # the campaign searched only the configurations with its pins: its rank among them too
+            mine = {c: v for c, v in means.items() if all(c.get(k) == x for k, x in record.fixed.items())}
+            pinned = table_rank(Config(top.config), mine, record.objective_direction)
+            result["pinned_rank"] = {**pinned.to_dict(), "fixed": record.fixed} if pinned else None
     if as_json:
         print(json.dumps(result))
         return
@@ -93,6 +98,10 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
             f"in the table: mean {rank.mean:.6g}, rank {rank.rank} of {rank.configurations} "
             f"(the table's best mean is {rank.table_best:.6g})"
         )
+    if pinned is not None:
+        pins = ", ".join(f"{k}={v}" for k, v in record.fixed.items())
+        console.print(f"among the table's {pinned.configurations} configurations with the campaign's pins ({pins}): "
+                      f"rank {pinned.rank} (their best mean is {pinned.table_best:.6g})")
     if result["test_value"] is not None:
         console.print(f"on the held-out test part: {record.objective_metric} = {result['test_value']:.6g}")
     for key, value in top.config.items():

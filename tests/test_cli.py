@@ -43,6 +43,21 @@ def test_tune_json_trials_and_best(sqlite_url, bdbc):
     assert "best PERF" in run_cli("best", campaign, db=sqlite_url, check=True).stdout
 
 
+def test_best_of_a_pinned_campaign_ranks_it_among_the_configurations_it_searched(sqlite_url, bdbc):
+    """The rank in the whole table said little about a campaign that searched a pinned tenth of it."""
+    summary = last_json(run_cli("tune", "--dataset", str(bdbc), "--fix", "pS=4K", "--fix", "hAVE_HASH=1", "--budget",
+                                "30", "--json", db=sqlite_url, check=True).stdout)
+    best = last_json(run_cli("best", str(summary["campaign"]), "--json", db=sqlite_url, check=True).stdout)
+    with open(bdbc) as f:
+        rows = [r for r in csv.DictReader(f) if r["pS4K"] == "1" and r["hAVE_HASH"] == "1"]
+    pinned = best["pinned_rank"]
+    assert pinned["fixed"] == {"pS": "4K", "hAVE_HASH": 1} and pinned["configurations"] == len(rows) == 256
+    assert pinned["table_best"] == min(float(r["PERF-"]) for r in rows)
+    assert pinned["rank"] == 1 + sum(float(r["PERF-"]) < best["value"] for r in rows) <= best["table_rank"]["rank"]
+    text = run_cli("best", str(summary["campaign"]), db=sqlite_url, check=True).stdout
+    assert f"among the table's 256 configurations with the campaign's pins (pS=4K, hAVE_HASH=1): rank {pinned['rank']}" in text
+
+
 def test_tune_atc18_subset_with_context(sqlite_url):
     folder = shared("cao_atc18_subset")
     proc = run_cli("tune", "--dataset", str(folder), "--context", "workload_id=4", "--context", "disk_type=3",
