@@ -74,7 +74,8 @@ def _campaign_best(campaign: int, db: str | None, trace: Path, split: float, see
                         "them, or its test part and models would differ")
     top = best_trial(history.trials(campaign), record.objective_direction, record.adaptive)
     if top is None:
-        raise UserError(f"campaign {campaign} has no succeeded trial yet")
+        state = " yet" if record.state in ("queued", "running") else f" (it is {record.state})"
+        raise UserError(f"campaign {campaign} has no succeeded trial{state}")
     cfg = AdmissionConfig.of(top.config)
     if (cfg.replicas, cfg.failover_cost_us) != (replicas, failover_cost_us):
         raise UserError(f"campaign {campaign}'s best runs r={cfg.replicas}, f={cfg.failover_cost_us:g} us; "

@@ -62,7 +62,8 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
     rows = history.trials(campaign, measurements=True)
     top = campaign_best(record, rows)
     if top is None:
-        raise UserError(f"campaign {campaign} has no succeeded trial yet")
+        state = " yet" if record.state in ("queued", "running") else f" (it is {record.state})"
+        raise UserError(f"campaign {campaign} has no succeeded trial{state}")
     if record.objective:
         _best_of_several(record, rows, top, as_json)
         return
@@ -91,7 +92,7 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
         return
     console.print(
         f"campaign {campaign}: best {record.objective_metric} = [bold]{top.value:.6g}[/] "
-        f"({record.objective_direction}), trial {top.number}, found after {result['evaluations_to_find']} evaluations"
+        f"({record.objective_direction}), trial {top.number}, found after {result['evaluations_to_find']} evaluation{'' if result['evaluations_to_find'] == 1 else 's'}"
     )
     if rank is not None:
         console.print(
