@@ -9,6 +9,7 @@ from rich.table import Table
 
 from search_spaces import SearchSpace, format_config
 from tuner import CampaignSummary, best_trial
+from tuner.analysis import pins
 from tuner.views import CampaignView, TrialView
 
 
@@ -39,7 +40,7 @@ def campaigns_table(records: Sequence[CampaignView]) -> Table:
             r.state,
             r.algorithm,
             r.space_name,
-            r.workload_name,
+            r.workload_name + (f" ({format_config(pinned)})" if (pinned := pins(r)) else ""),
             f"{r.objective_direction} {r.objective_metric}",
             str(r.budget),
             str(r.seed),
@@ -69,7 +70,8 @@ def summary_table(summary: CampaignSummary) -> Table:
     rows = [
         ("state", summary.state + (f" ({summary.note})" if summary.note else "")),
         ("algorithm", f"{summary.algorithm}, seed {summary.seed}"),
-        ("workload", f"{summary.workload} on space {summary.space}"),
+        ("workload", f"{summary.workload} on space {summary.space}"
+                     + (f", pinned: {format_config(summary.pinned)}" if summary.pinned else "")),
         ("objective", objective),
         ("trials", f"{summary.evaluated} of {summary.budget} evaluated: {status}"),
         ("best value", "-" if summary.best_value is None else f"{summary.best_value:.6g}"),

@@ -65,6 +65,10 @@ def test_tune_atc18_subset_with_context(sqlite_url):
     summary = last_json(proc.stdout)
     assert summary["objective"] == {"metric": "throughput", "direction": "max"}
     assert summary["best_config"]["io_scheduler"] in ("cfq", "deadline", "noop")
+    # campaigns on other disks of the same table looked alike in every human summary
+    assert {"workload_id": 4, "disk_type": 3}.items() <= summary["pinned"].items()
+    listed = run_cli("campaigns", db=sqlite_url, check=True).stdout
+    assert "cao_atc18_subset (workload_id=4" in listed and "disk_type=3" in listed
 
 
 def test_spaces_lists_every_space_and_its_parameters():

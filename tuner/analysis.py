@@ -68,6 +68,7 @@ class CampaignSummary:
     pareto: list[dict[str, Any]] | None = None
     hypervolume: float | None = None
     reference_point: dict[str, float] | None = None
+    pinned: dict[str, Any] | None = None  # what the campaign held fixed: a table's --context, then --fix
 
     @classmethod
     def of(cls, record: CampaignView, trials: Sequence[TrialView], database: str) -> CampaignSummary:
@@ -100,6 +101,7 @@ class CampaignSummary:
             test_value=held_out(best, record.objective_metric),
             measurements=sum(t.runs for t in trials),
             best_runs=best.runs if best else None,
+            pinned=pins(record),
             **front,
         )
 
@@ -127,6 +129,13 @@ def held_out(trial: TrialView | None, metric: str) -> float | None:
         return None
     values = [m.metrics[f"test_{metric}"] for m in trial.measurements if f"test_{metric}" in m.metrics]
     return sum(values) / len(values) if values else None
+
+
+def pins(record: CampaignView) -> dict[str, Any]:
+    """What a campaign held fixed: the setup columns of a table it replays (``--context``), then its pinned
+    parameters (``--fix``)."""
+    context = (record.runner_settings or {}).get("context") or {}
+    return {**context, **(record.fixed or {})}
 
 
 @dataclass(frozen=True)
