@@ -7,6 +7,7 @@ block devices it may format, whether it may run commands. Each refusal names the
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,23 @@ class Refused(Exception):
     def __init__(self, field: tuple[str | int, ...], message: str, status: int = 422):
         super().__init__(message)
         self.field, self.status = field, status
+
+
+def in_json_terms(message: str, fields: dict[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]]:
+    """A message of the layers below, which name the command line's options (``--context``, ``--budget``),
+    in the request's terms: each option known to ``fields`` becomes its JSON path, and the first one named
+    is where the error lies (empty if none). Written by hand: the layers below serve the CLI too."""
+    found: list[tuple[str, ...]] = []
+
+    def field(match: re.Match[str]) -> str:
+        path = fields.get(match[0])
+        if path is None:
+            return match[0]
+        found.append(path)
+        return ".".join(path)
+
+    text = re.sub(r"--[a-z][a-z-]*", field, message)
+    return text, found[0] if found else ()
 
 
 def allowed_path(settings: ServiceSettings, value: str, field: tuple[str | int, ...]) -> str:

@@ -249,6 +249,14 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
         assert client.post("/comparisons", json={"dataset": [str(bdbc)], "algorithms": ["random,ga"]}
                            ).json()["detail"][0]["loc"] == ["body", "algorithms", 0]
         assert client.get("/campaigns", params={"state": "bogus"}).status_code == 422
+        # the layers below name the command line's options; a REST client is told its own JSON paths
+        sweep = str(ROOT / "datasets" / "loop-storage-v3")  # four workloads: one must be chosen
+        no_context = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": sweep}})
+        [detail] = no_context.json()["detail"]
+        assert detail["loc"] == ["body", "runner_settings", "context"] and "--" not in detail["msg"], detail
+        assert "choose one with runner_settings.context workload=<value>" in detail["msg"]
+        [detail] = client.post("/comparisons", json={"dataset": str(bdbc), "budget": 5000}).json()["detail"]
+        assert detail["loc"] == ["body", "budget"] and "use budget 2560 or less" in detail["msg"], detail
 
 
 def test_a_token_guards_every_mutating_call_and_reads_stay_open(history_url, tmp_path, bdbc):

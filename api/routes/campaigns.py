@@ -15,7 +15,7 @@ from api.schemas import (
     Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, ParetoSet, Progress, TrialDetail,
     TrialPublic,
 )
-from api.service import Refused, apply_policy, check_stored
+from api.service import Refused, apply_policy, check_stored, in_json_terms
 from runners import RUNNERS, Status, make_runner, runner_class, settings_model
 from tuner import Campaign, CampaignSpec
 from tuner.analysis import best_trial, campaign_best, campaign_convergence, held_out, near_optimal_trials
@@ -24,6 +24,15 @@ from tuner.campaign import InvalidSpec, driver_alive
 from tuner.objective import MultiObjective, objective_kind, objective_metrics
 from tuner.registry import algorithm_class, algorithm_target, default_algorithm
 from tuner.views import CampaignView, TrialView
+
+
+# the command line's options that the layers below name in their messages, as this request's JSON paths
+CAMPAIGN_FIELDS = {
+    "--context": ("runner_settings", "context"), "--dataset": ("runner_settings", "dataset"),
+    "--metric": ("metric",), "--direction": ("direction",), "--objective": ("objective",), "--budget": ("budget",),
+    "--seed": ("seed",), "--repeats": ("repeats",), "--max-repeats": ("max_repeats",), "--parallel": ("parallel",),
+    "--fix": ("fix",), "--param": ("algorithm_params",), "--algorithm": ("algorithm",), "--warm-start": ("warm_start",),
+}
 
 router = APIRouter(prefix="/campaigns", tags=["campaigns"])
 
@@ -115,7 +124,8 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
     except (ValueError, LookupError, OSError) as e:  # an unknown space is a KeyError; a missing file, OSError
         message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
         where = ("space",) if "search space" in message and "space" in settings_model(body.runner).model_fields else ()
-        raise Refused(("body", "runner_settings", *where), message) from None
+        message, named = in_json_terms(message, CAMPAIGN_FIELDS)
+        raise Refused(("body", *(named or ("runner_settings", *where))), message) from None
     spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=algorithm,
                         algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
                         objective=body.objective,
@@ -124,7 +134,7 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
     try:
         campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued")
     except InvalidSpec as e:
-        raise Refused(("body", e.field), str(e)) from None
+        raise Refused(("body", e.field), in_json_terms(str(e), CAMPAIGN_FIELDS)[0]) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/campaigns/{campaign.id}"
     return public(svc, campaign.record).model_copy(update={"warnings": list(runner.notes())})

@@ -9,9 +9,17 @@ from fastapi.responses import HTMLResponse
 
 from api.deps import Auth, ComparisonId, PagingDep, ServiceDep
 from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
-from api.service import Refused, apply_policy
+from api.service import Refused, apply_policy, in_json_terms
 from tuner.base import HyperparameterError
 from tuner.views import ComparisonView
+
+
+# the command line's options that the layers below name in their messages, as this request's JSON paths
+FIELDS = {
+    "--context": ("context",), "--dataset": ("dataset",), "--metric": ("metric",), "--direction": ("direction",),
+    "--budget": ("budget",), "--seeds": ("seeds",), "--within": ("within",), "--repeats": ("repeats",),
+    "--first-seed": ("first_seed",), "--algorithms": ("algorithms",),
+}
 
 router = APIRouter(prefix="/comparisons", tags=["comparisons"])
 
@@ -66,7 +74,8 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
     except HyperparameterError as e:
         raise Refused(("body", "algorithms"), str(e)) from None
     except (ValueError, LookupError, OSError) as e:
-        raise Refused(("body",), e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
+        message, named = in_json_terms(e.args[0] if isinstance(e, LookupError) and e.args else str(e), FIELDS)
+        raise Refused(("body", *named), message) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/comparisons/{comparison.id}"
     return public(svc, svc.history.comparison(comparison.id)).model_copy(
