@@ -270,7 +270,8 @@ def test_the_api_takes_an_objective_and_serves_the_pareto_set(tmp_path):
         for wrong, where, message in (
             ({"objective": "pareto:Throughput,Colour"}, "objective", "unknown metric 'Colour'"),
             ({"objective": "pareto:Throughput,Latency", "algorithm": "bo"}, "algorithm", "cannot search a Pareto set"),
-            ({"objective": "Throughput:1,Latency:1", "metric": "Latency"}, "objective", "without --metric"),
+            # in the request's terms: its fields, not the command line's options
+            ({"objective": "Throughput:1,Latency:1", "metric": "Latency"}, "objective", "without metric and direction"),
         ):
             refused = client.post("/campaigns", json={**body, **wrong})
             assert refused.status_code == 422, refused.text
