@@ -59,10 +59,10 @@ def pairs(items: list[str], option: str) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UserError(f"{option} {item!r}: expected name=value")
-        if key.strip() in pairs:  # the last one silently won
-            raise UserError(f"{option} names {key.strip()} twice ({key.strip()}={pairs[key.strip()]} and {item.strip()}): "
-                            "give it once")
-        pairs[key.strip()] = value.strip()
+        name = key.strip()
+        if name in pairs:  # the last one silently won
+            raise UserError(f"{option} names {name} twice ({name}={pairs[name]} and {item.strip()}): give it once")
+        pairs[name] = value.strip()
     return pairs
 
 

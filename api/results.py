@@ -79,20 +79,22 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
     }
     rank = pinned = None
     if record.runner == "dataset":  # a replayed table knows the ground truth
-        table = make_runner(record.runner, record.runner_settings).table
-        means = table.means(record.objective_metric)
+        runner = make_runner(record.runner, record.runner_settings)
+        means = runner.table.means(record.objective_metric)
         rank = table_rank(Config(top.config), means, record.objective_direction)
         result["table_rank"] = rank.to_dict() if rank else None
         if record.fixed:  # the campaign searched only the configurations with its pins: its rank among them too
-            mine = {c: v for c, v in means.items() if all(c.get(k) == x for k, x in record.fixed.items())}
-            pinned = table_rank(Config(top.config), mine, record.objective_direction)
+            searched = set(runner.space.fix(record.fixed).members)
+            pinned = table_rank(Config(top.config), {c: v for c, v in means.items() if c in searched},
+                                record.objective_direction)
             result["pinned_rank"] = {**pinned.to_dict(), "fixed": record.fixed} if pinned else None
     if as_json:
         print(json.dumps(result))
         return
+    found = result["evaluations_to_find"]
     console.print(
         f"campaign {campaign}: best {record.objective_metric} = [bold]{top.value:.6g}[/] "
-        f"({record.objective_direction}), trial {top.number}, found after {result['evaluations_to_find']} evaluation{'' if result['evaluations_to_find'] == 1 else 's'}"
+        f"({record.objective_direction}), trial {top.number}, found after {found} evaluation{'' if found == 1 else 's'}"
     )
     if rank is not None:
         console.print(

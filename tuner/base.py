@@ -106,6 +106,11 @@ class Tuner(ABC):
         self._asked.add(default)  # before the algorithm's own asks: it must not propose it again
         return [default]
 
+    def capacity(self) -> tuple[int, str] | None:
+        """How many configurations this algorithm can propose at most, and why, when that is fewer than the
+        space holds (a grid's sample); None: the whole space. A campaign's budget beyond it is refused."""
+        return None
+
     def reserve(self, configs: Sequence[Config]) -> None:
         """Configurations queued for measurement without being asked (a resumed campaign's re-runs and
         pending trials): never propose them, though their results are still to be told."""

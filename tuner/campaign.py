@@ -147,8 +147,8 @@ class Campaign:
         tuner = _checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
                                                                 direction=objective.direction,
                                                                 params=spec.algorithm_params))
-        if hasattr(tuner, "capacity"):  # a fixed set of configurations (grid), smaller than the space
-            held, why = tuner.capacity()
+        if (capacity := tuner.capacity()) is not None:  # a fixed set of configurations (grid)
+            held, why = capacity
             if spec.budget > held:
                 raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
                                             f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
@@ -209,7 +209,8 @@ class Campaign:
         _refuse_parallel_if_exclusive(runner, executor)
         if runner.workload.fingerprint() != record.workload_fingerprint:
             raise ValueError(f"campaign {campaign_id}: its workload {record.workload_name} changed since it started")
-        if record.space_fingerprint not in (runner.space.fingerprint(), _labelled_twice(runner.space, record.fixed)):
+        if (runner.space.fingerprint() != record.space_fingerprint
+                and _labelled_twice(runner.space, record.fixed) != record.space_fingerprint):  # hashed only then
             raise ValueError(f"campaign {campaign_id}: the search space {record.space_name} changed since it started")
         return cls(history, record, runner, campaign_objective(record), executor)
 

@@ -36,8 +36,7 @@ class GridSearch(Tuner):
         self.grid = stratified_sample(self, self.params.per_stratum, self.strata)
 
     def capacity(self) -> tuple[int, str]:
-        """How many configurations the grid holds, and why that many (a campaign's budget beyond it is
-        refused: the grid, not the space, would run out)."""
+        """How many configurations the grid holds, and why that many (the grid, not the space, runs out)."""
         over = (f"each combination of {', '.join(self.strata)} the space allows" if self.strata else
                 f"the whole space: none of the strata {self.params.strata} is one of its parameters")
         return len(self.grid), f"per_stratum {self.params.per_stratum} for {over}"

@@ -61,6 +61,19 @@ def open_lock(path: Path, what: str) -> int:
     return fd
 
 
+def flock_by(fd: int, mode: int, deadline: float) -> bool:
+    """flock(2) ``mode`` on ``fd``, polled until ``time.monotonic()`` passes ``deadline`` (flock has no
+    timeout of its own); False if it never came."""
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+
+
 class HostSettings:
     """The host-wide settings a measurement may change (vm.dirty_bytes, ASLR for Filebench) belong to every
     measurement on the host, whichever StoreTune or worker runs it. A run that changes them holds this lock
@@ -128,16 +141,9 @@ class HostSettings:
         return open_lock(path, "host-settings lock")
 
     def _flock(self, fd: int, mode: int, deadline: float, timeout_s: float) -> None:
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise HostBusy(f"another measurement on this host kept its host-wide settings (vm.dirty_bytes, "
-                                   f"ASLR; {self.path}) for more than {timeout_s:g} s; no configuration is blamed "
-                                   "for the wait") from None
-                time.sleep(POLL_S)
+        if not flock_by(fd, mode, deadline):
+            raise HostBusy(f"another measurement on this host kept its host-wide settings (vm.dirty_bytes, "
+                           f"ASLR; {self.path}) for more than {timeout_s:g} s; no configuration is blamed for the wait")
 
     def _journal_text(self) -> str:
         return os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()

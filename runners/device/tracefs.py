@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.device.blkparse import TracedRun, TraceUnavailable, parse_blkparse
-from runners.device.host import HostLockRefused, open_lock
+from runners.device.host import HostLockRefused, flock_by, open_lock
 from runners.device.runner import DeviceRunner
 from runners.device.state import UndoFailed, _unescape, unmount
 
@@ -28,7 +28,6 @@ TRACEFS = Path("/sys/kernel/tracing")
 # (and split) one ring buffer, or unmount tracefs under each other. Beside the host-settings lock, in /run.
 FTRACE_LOCK = Path("/run/storetune-ftrace.lock")
 FTRACE_WAIT_S = 300.0  # another traced run holds ftrace for its setup, runtime and drain: seconds, rarely minutes
-POLL_S = 0.1
 # per CPU: a 3 s varmail run on a loop device made 133k events, 8 MB of text, about 10 MB of ring buffer
 # (a 48-byte record and ftrace's headers each); the reader drains the buffer during the run, and this holds
 # such a run whole even if it fell behind and every event landed on one CPU
@@ -171,18 +170,11 @@ class Tracefs:
             fd = open_lock(FTRACE_LOCK, "ftrace lock")
         except HostLockRefused as e:
             raise TraceUnavailable(str(e)) from None
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._lock = fd
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    raise TraceUnavailable(f"another traced run on this host kept ftrace ({FTRACE_LOCK}) for more "
-                                           f"than {self.wait_s:g} s; try again when it ends") from None
-                time.sleep(POLL_S)
+        if not flock_by(fd, fcntl.LOCK_EX, time.monotonic() + self.wait_s):
+            os.close(fd)
+            raise TraceUnavailable(f"another traced run on this host kept ftrace ({FTRACE_LOCK}) for more than "
+                                   f"{self.wait_s:g} s; try again when it ends")
+        self._lock = fd
 
     def close(self) -> None:
         """Unmount tracefs if it was mounted here; give ftrace back."""
