@@ -141,7 +141,11 @@ def importance_table(result: dict) -> Table:
                       f"{p['forest_share']:.3f}", escape(effect))
     if result.get("table"):
         t = result["table"]
-        table.caption = (f"on the whole table ({t['configurations']} configurations) the ranking is "
+        fixed = t.get("fixed") or {}
+        where = (f"on the table's {t['configurations']} configurations with "
+                 f"{', '.join(f'{k}={v}' for k, v in fixed.items())}" if fixed
+                 else f"on the whole table ({t['configurations']} configurations)")
+        table.caption = (f"{where} the ranking is "
                          f"{', '.join(t['ranking'][:5])}...; agreement with this campaign's: "
                          f"{_fmt(t['rank_agreement'], '.2f')}")
     return table

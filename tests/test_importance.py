@@ -121,6 +121,19 @@ def test_storetune_importance_on_a_replayed_table_compares_with_the_whole_table(
     assert short.returncode == 2 and "needs at least" in short.stderr and "there are 5" in short.stderr
 
 
+def test_importance_of_a_pinned_campaign_is_checked_against_the_configurations_it_searched(sqlite_url, bdbc):
+    """With --fix, the ground truth is the table's configurations with the pins, not the whole table
+    (where the pinned option, encryption, dominates and no campaign holding it fixed can agree)."""
+    campaign = json.loads(run_cli("tune", "--dataset", str(bdbc), "--budget", "40", "--seed", "1", "--fix",
+                                  "hAVE_CRYPTO=0", "--json", db=sqlite_url, check=True).stdout.splitlines()[-1])["campaign"]
+    result = json.loads(run_cli("importance", str(campaign), "--json", db=sqlite_url, check=True).stdout)
+    table = result["table"]
+    assert table["configurations"] == 1280 and table["fixed"] == {"hAVE_CRYPTO": 0}
+    assert "hAVE_CRYPTO" not in table["ranking"] and table["ranking"][0] == "pS"
+    shown = run_cli("importance", str(campaign), db=sqlite_url, check=True).stdout
+    assert "1280 configurations with hAVE_CRYPTO=0" in " ".join(shown.split())
+
+
 def test_report_bad_input_is_one_line_and_an_empty_campaign_still_renders(sqlite_url, tmp_path):
     History(sqlite_url).close()  # a history with no campaign (a reader refuses a file that does not exist)
     missing = run_cli("report", "999", "--out", str(tmp_path / "r.html"), db=sqlite_url)

@@ -166,8 +166,9 @@ def importance(configs: Sequence[Mapping[str, Any]], values: Sequence[float], na
 
 def of_campaign(history: Any, campaign_id: int, *, seed: int = 0) -> dict[str, Any]:
     """The importance of a campaign's parameters on its succeeded trials, as ``storetune importance
-    --json`` prints it. On a replayed table, the same analysis on the whole table is the ground
-    truth, and ``table`` says how close the campaign's ranking came to it."""
+    --json`` prints it. On a replayed table, the same analysis on the whole table (on a campaign with
+    ``--fix``, on the configurations with its pins) is the ground truth, and ``table`` says how close
+    the campaign's ranking came to it."""
     record = history.campaign(campaign_id)
     names = [p["name"] for p in record.space["parameters"]]
     trials = [t for t in history.trials(campaign_id) if t.status == "SUCCEEDED" and t.value is not None]
@@ -180,10 +181,14 @@ def of_campaign(history: Any, campaign_id: int, *, seed: int = 0) -> dict[str, A
     if record.runner == "dataset":
         from runners import make_runner
 
-        means = make_runner("dataset", record.runner_settings).table.means(record.objective_metric)
+        runner = make_runner("dataset", record.runner_settings)
+        means = runner.table.means(record.objective_metric)
+        if record.fixed:  # the truth of what the campaign searched: the configurations with its pins
+            searched = set(runner.space.fix(record.fixed).members)
+            means = {c: v for c, v in means.items() if c in searched}
         truth = importance(list(means), list(means.values()), names, seed=seed)
         out["table"] = {
-            "configurations": len(means), "ranking": truth.ranking(),
+            "configurations": len(means), "fixed": record.fixed or {}, "ranking": truth.ranking(),
             "rank_agreement": _rank_agreement(result, truth),
         }
     return out
