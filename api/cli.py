@@ -31,6 +31,7 @@ from api.common import (
     UserError,
     console,
     database_url,
+    db_flag,
     err,
     executor_for,
     open_history,
@@ -224,7 +225,7 @@ def tune(
         record = campaign.record
         done = campaign.summary().evaluated
         title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"
-        again = f"storetune tune --resume {record.id}" + (f" --db {_shown_url(db)}" if db else "")
+        again = f"storetune tune --resume {record.id}{db_flag(db)}"
         kept = "its finished trials are kept, the running ones will be measured again. Finish it with: "
         try:
             with CampaignProgress(err, title, record.budget, done) as progress:
@@ -239,6 +240,8 @@ def tune(
     finally:
         getattr(executor, "close", lambda: None)()
     _print_summary(summary, as_json, executor.describe(), db)
+    if summary.state == "cancelled":  # over the REST API: its budget is not spent, a script must not go on
+        sys.exit(1)
 
 
 def _table_metric(metric: str | None, objective: str | None) -> str | None:
@@ -251,20 +254,13 @@ def _table_metric(metric: str | None, objective: str | None) -> str | None:
     return next(iter(objective_metrics(objective)), None)
 
 
-def _shown_url(url: str) -> str:
-    """A history URL to print: its password hidden."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
 def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, Any] | None = None,
                    database: str | None = None) -> None:
     if as_json:
         print(json.dumps({**summary.to_dict(), **({"executor": executor} if executor else {})}, default=str))
         return
     console.print(render.summary_table(summary))
-    db = f" --db {_shown_url(database)}" if database else ""
+    db = db_flag(database)
     if summary.state == "cancelled":  # over the REST API, while this command drove it
         console.print(f"cancelled before its budget; its trials are kept. Finish it with: storetune tune --resume "
                       f"{summary.campaign}{db}", highlight=False, soft_wrap=True)

@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.core import TyperOption
 from rich.markup import escape
 
-from api.settings import Settings
+from api.settings import Settings, default_database_url
 from runners import RunnerSettings, make_runner, parse_settings, settings_model
 from runners.settings import DeviceSettings
 from search_spaces import Config, format_config
@@ -45,6 +45,17 @@ def database_url(db: str | None) -> str:
         raise UserError("--db is empty (an unset shell variable?): name the history, e.g. "
                         "sqlite:////path/to/history.sqlite, or leave --db out for the default one")
     return db or Settings().database_url
+
+
+def db_flag(db: str | None) -> str:
+    """`` --db URL`` for a printed command, its password hidden; empty for the default history. A URL
+    from $STORETUNE_DATABASE_URL is named too: the variable may have been set for this command only."""
+    from sqlalchemy.engine import make_url
+
+    url = database_url(db)
+    if db is None and url == default_database_url():
+        return ""
+    return f" --db {make_url(url).render_as_string(hide_password=True)}"
 
 
 def open_history(db: str | None, *, migrate: bool) -> History:

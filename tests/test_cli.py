@@ -5,11 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED, run_cli, shared
+from conftest import ROOT, SHARED, run_cli, shared
 from tuner import History
 
 SUMMARY_KEYS = {"campaign", "algorithm", "seed", "trials_by_status", "best_config", "best_value", "objective"}
@@ -190,6 +191,21 @@ def test_a_history_that_is_not_a_database_is_one_line(tmp_path: Path):
         proc = run_cli(*args, "--db", f"sqlite:///{garbage}")
         assert proc.returncode == 2 and proc.stderr.strip() == "error: the history: file is not a database"
     assert garbage.read_text() == "not a database\n"
+
+
+def test_a_relative_sqlite_path_with_no_folder_is_refused_not_created(tmp_path: Path):
+    """sqlite:///tmp/x is ./tmp/x: a slash too few used to create tmp/ inside the current directory."""
+    name = f"storetune-missing-{os.getpid()}"  # a folder of the checkout (the commands' directory) that is not there
+    assert not (ROOT / name).exists()
+    url = f"sqlite:///{name}/h.sqlite"
+    proc = run_cli("tune", "--dataset", str(SHARED / "moot_configs/BDBC.csv"), "--budget", "2", "--db", url)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: {url} names {name}/h.sqlite relative to the current directory ({ROOT}), which has no folder "
+        f"{name}: for the absolute path /{name}/h.sqlite write four slashes, sqlite:////{name}/h.sqlite, or "
+        "create the folder first")
+    assert not (ROOT / name).exists()
+    read = run_cli("campaigns", "--db", url)
+    assert read.returncode == 2 and f"write four slashes, sqlite:////{name}/h.sqlite" in read.stderr
 
 
 def test_a_sqlite_history_under_home_is_opened_where_it_says(tmp_path: Path):

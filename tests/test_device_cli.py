@@ -85,7 +85,7 @@ def test_tune_stopped_by_the_host_exits_75_and_its_resume_measures_the_same_conf
     assert leftovers(loop_dir) == NOTHING
     history = History(db)
     (campaign,) = history.campaigns()
-    assert "no configuration is blamed" in error and error.endswith(f"Finish it with: storetune tune --resume {campaign.id}")
+    assert "no configuration is blamed" in error and error.endswith(f"Finish it with: storetune tune --resume {campaign.id} --db {db}")
     (stopped,) = history.trials(campaign.id)
     assert campaign.state == "failed" and stopped.status == "STALE"
 

@@ -166,19 +166,22 @@ def test_ctrl_c_during_compare_says_what_is_kept(tmp_path: Path, bdbc):
 
 def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path):
     """A `storetune tune` whose campaign is cancelled through the history (as POST /campaigns/{id}/cancel
-    does) ends with the command that finishes it, as Ctrl-C does; it used to print only the state."""
+    does) ends with the command that finishes it, as Ctrl-C does, and exits 1, not 0: its budget is not
+    spent. The history comes from $STORETUNE_DATABASE_URL, set for this command only, so the printed
+    command must name it (it used to leave --db out and point at the default history)."""
     from tuner import History
 
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"
     args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
-            "--metric", "throughput_ops", "--budget", "60", "--db", db]
-    proc = subprocess.Popen([*STORETUNE, *args], env={**os.environ, "PYTHONPATH": str(ROOT), "BENCH_SLEEP": "0.2"},
+            "--metric", "throughput_ops", "--budget", "60"]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_SLEEP": "0.2", "STORETUNE_DATABASE_URL": db}
+    proc = subprocess.Popen([*STORETUNE, *args], env=environment,
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = time.monotonic()
     while "SUCCEEDED" not in statuses(path) and time.monotonic() < started + 60:
         time.sleep(0.05)
     assert History(db).transition(1, ["running"], cancel_requested=True)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == 1, stderr
     assert f"cancelled before its budget; its trials are kept. Finish it with: storetune tune --resume 1 --db {db}" in stdout

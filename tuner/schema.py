@@ -46,6 +46,15 @@ def check_url(url: str) -> Any:
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise ValueError("sqlite:// is a history in memory, lost when the command ends: name a file, "
                          "sqlite:////path/to/history.sqlite")
+    if backend == "sqlite" and not parsed.database.startswith(("/", "~")):
+        # a relative path is the current directory's; a missing folder is a slash too few, more often
+        # than a wish to create ./tmp in the checkout: refused instead of created
+        folder = Path(parsed.database).parent
+        if not folder.is_dir():
+            raise ValueError(
+                f"{parsed.render_as_string()} names {parsed.database} relative to the current directory "
+                f"({Path.cwd()}), which has no folder {folder}: for the absolute path /{parsed.database} write "
+                f"four slashes, sqlite:////{parsed.database}, or create the folder first")
     return parsed
 
 
@@ -159,5 +168,8 @@ def refuse_a_missing_file(url: str) -> None:
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).expanduser().exists():
+            relative = "" if parsed.database.startswith(("/", "~")) else (
+                f" {parsed.database} is relative to the current directory, {Path.cwd()}: for /{parsed.database} "
+                f"write four slashes, sqlite:////{parsed.database}")
             raise SchemaError(f"no history at {url}: the file does not exist (a campaign creates it; "
-                              "is --db or STORETUNE_DATABASE_URL the one you meant?)")
+                              f"is --db or STORETUNE_DATABASE_URL the one you meant?{relative})")
