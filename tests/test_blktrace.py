@@ -16,6 +16,7 @@ import pytest
 from runners.device import blkparse, blktrace, tracefs
 from runners.device.blkparse import BLKPARSE_FORMAT, TraceUnavailable, parse_blkparse
 from runners.device.blktrace import traced_run
+from runners.device.host import FTRACE_LOCK
 from runners.settings import DeviceSettings
 from test_device import _read, _read_bytes
 
@@ -309,7 +310,7 @@ def test_a_traced_run_waits_for_another_storetunes_and_gives_up_in_one_line(loop
     before, mounts_before = ftrace_state(tracefs_root), tracefs_mounts()
     if before["current_tracer"] != "nop" or before["set_event"]:
         pytest.skip(f"ftrace is in use on this host: {before['current_tracer']}, events {before['set_event']!r}")
-    other = open_lock(tracefs.FTRACE_LOCK, "ftrace lock")  # another StoreTune's traced run
+    other = open_lock(FTRACE_LOCK, "ftrace lock")  # another StoreTune's traced run
     try:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -327,7 +328,7 @@ def test_a_traced_run_waits_for_another_storetunes_and_gives_up_in_one_line(loop
         started = time.monotonic()
         with pytest.raises(TraceUnavailable) as e:
             traced_run(settings(loop_dir), runtime_s=2, tracer="tracefs")
-        assert str(e.value) == (f"another traced run on this host kept ftrace ({tracefs.FTRACE_LOCK}) for more than "
+        assert str(e.value) == (f"another traced run on this host kept ftrace ({FTRACE_LOCK}) for more than "
                                 "0.5 s; try again when it ends")
         assert time.monotonic() - started >= 0.5
         assert ftrace_state(tracefs_root) == before and tracefs_mounts() == mounts_before  # nothing changed
@@ -345,7 +346,7 @@ def test_a_traced_run_waits_for_another_storetunes_and_gives_up_in_one_line(loop
             released.join()
         if not freed.is_set():
             free()
-    mine = open_lock(tracefs.FTRACE_LOCK, "ftrace lock")
+    mine = open_lock(FTRACE_LOCK, "ftrace lock")
     try:  # the traced run gave ftrace back
         fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
@@ -406,6 +407,20 @@ def test_a_traced_run_killed_mid_trace_is_reaped_by_the_next_start(loop_dir, tmp
         victim.wait()
     left = read_ftrace(f"/dev/{enabled.name}")
     assert left["current_tracer"] == "blk" and left["enable"] == "1"  # it left the trace set up
+    # a start while another StoreTune's traced run holds ftrace leaves ftrace alone (that run's clock,
+    # tracer and mount are in use) and keeps it for the next start
+    import fcntl
+
+    from runners.device.host import open_lock
+
+    other = open_lock(FTRACE_LOCK, "ftrace lock")
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        waiting = reap_and_say(Shell())
+        assert read_ftrace()["current_tracer"] == "blk" and any(
+            "another traced run on this host holds ftrace" in line for line in waiting.failed), waiting.failed
+    finally:
+        os.close(other)
     reap_and_say(Shell())  # what the next start does
     assert_restored(read_ftrace(), before)
     assert tracefs_mounts() == mounts_before

@@ -29,6 +29,12 @@ HOST_SETTINGS = frozenset({  # what a measurement may change host-wide, and so w
     "/proc/sys/kernel/randomize_va_space",
 })
 POLL_S = 0.05
+# ftrace is one per host: a traced run holds this from its check that ftrace is free until it has put every
+# setting back and unmounted what it mounted, so that two StoreTunes never both find it free and then share
+# (and split) one ring buffer, or unmount tracefs under each other; the reaper takes it to put back what a
+# killed traced run left. Beside the host-settings lock, in /run.
+FTRACE_LOCK = Path("/run/storetune-ftrace.lock")
+FTRACE_ROOTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")  # where tracefs is mounted
 
 
 def host_lock_path() -> Path:
@@ -37,6 +43,10 @@ def host_lock_path() -> Path:
 
 class HostBusy(HostUnavailable):
     """Another measurement on this host kept the host-wide settings for longer than a run may wait."""
+
+
+class FtraceBusy(HostUnavailable):
+    """Another traced run on this host kept ftrace for longer than the wait allowed."""
 
 
 class HostLockRefused(HostUnavailable, OSError):
@@ -72,6 +82,21 @@ def flock_by(fd: int, mode: int, deadline: float) -> bool:
             if time.monotonic() > deadline:
                 return False
             time.sleep(POLL_S)
+
+
+def take_ftrace(wait_s: float) -> int:
+    """The ftrace lock, exclusively, waited for up to ``wait_s``: a descriptor whose closing releases it.
+    FtraceBusy if another traced run kept it longer; HostLockRefused for a lock file that is not root's alone."""
+    fd = open_lock(FTRACE_LOCK, "ftrace lock")
+    if not flock_by(fd, fcntl.LOCK_EX, time.monotonic() + wait_s):
+        os.close(fd)
+        raise FtraceBusy(f"another traced run on this host kept ftrace ({FTRACE_LOCK}) for more than {wait_s:g} s")
+    return fd
+
+
+def in_ftrace(path: str) -> bool:
+    """Whether ``path`` is a tracefs root or a setting under one."""
+    return any(path == root or path.startswith(root + "/") for root in FTRACE_ROOTS)
 
 
 class HostSettings:

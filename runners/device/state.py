@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runners.device.host import HostBusy, HostSettings, host_wide
+from runners.device.host import FtraceBusy, HostBusy, HostLockRefused, HostSettings, host_wide, in_ftrace, take_ftrace
 from runners.device.shell import CommandTimeout, Shell
 
 logger = logging.getLogger(__name__)
@@ -240,7 +240,27 @@ def _undo_process(shell: Shell, entry: dict[str, Any]) -> str | None:
 
 
 def _undo_mount(shell: Shell, entry: dict[str, Any]) -> str | None:
-    return unmount(shell, entry["path"])
+    with _ftrace_held(entry["path"], f"unmount {entry['path']}"):
+        return unmount(shell, entry["path"])
+
+
+@contextmanager
+def _ftrace_held(path: str, what: str) -> Iterator[None]:
+    """Around the reaper's undo of a tracefs setting or mount: the ftrace lock, not waited for. A live
+    traced run holds it, and its clock, tracer or mount must not change beneath it: the next start tries."""
+    if not in_ftrace(path):
+        yield
+        return
+    try:
+        fd = take_ftrace(0)
+    except FtraceBusy:
+        raise UndoFailed(f"could not {what} yet: another traced run on this host holds ftrace") from None
+    except HostLockRefused as e:
+        raise UndoFailed(f"could not {what}: {e}") from None
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 UNMOUNT_PATIENCE_S = 3.0
@@ -291,7 +311,8 @@ def _undo_sysfs(shell: Shell, entry: dict[str, Any]) -> str | None:
         except OSError as e:
             raise UndoFailed(f"could not restore {path} = {original}: {_why(e)}") from None
     try:
-        shell.write(path, original)
+        with _ftrace_held(path, f"restore {path} = {original}"):
+            shell.write(path, original)
     except OSError as e:
         raise UndoFailed(f"could not restore {path} = {original}: {_why(e)}") from None
     return f"restored {path} = {original}"

@@ -5,7 +5,6 @@ and restores."""
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
@@ -17,16 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from runners.device.blkparse import TracedRun, TraceUnavailable, parse_blkparse
-from runners.device.host import HostLockRefused, flock_by, open_lock
+from runners.device.host import FtraceBusy, HostLockRefused, take_ftrace
 from runners.device.runner import DeviceRunner
 from runners.device.state import UndoFailed, _unescape, unmount
 
 logger = logging.getLogger(__name__)
 TRACEFS = Path("/sys/kernel/tracing")
-# ftrace is one per host: a traced run holds this from its check that ftrace is free until it has put every
-# setting back and unmounted what it mounted, so that two StoreTunes never both find it free and then share
-# (and split) one ring buffer, or unmount tracefs under each other. Beside the host-settings lock, in /run.
-FTRACE_LOCK = Path("/run/storetune-ftrace.lock")
 FTRACE_WAIT_S = 300.0  # another traced run holds ftrace for its setup, runtime and drain: seconds, rarely minutes
 # per CPU: a 3 s varmail run on a loop device made 133k events, 8 MB of text, about 10 MB of ring buffer
 # (a 48-byte record and ftrace's headers each); the reader drains the buffer during the run, and this holds
@@ -120,7 +115,7 @@ class Tracefs:
     (current_tracer, trace_clock, trace options, buffer_size_kb, tracing_on, the device's trace/enable) is
     recorded in the runner's setup log before it is changed, restored after the timed run, and restored by
     the reaper after a SIGKILL; tracefs mounted here is unmounted at ``close``. Another StoreTune's traced
-    run is waited for (``FTRACE_LOCK``, held from ``open`` to ``close``, up to ``wait_s``); while someone else
+    run is waited for (``host.FTRACE_LOCK``, held from ``open`` to ``close``, up to ``wait_s``); while someone else
     traces (current_tracer not nop, events enabled, the device traced) it refuses, changing nothing."""
 
     def __init__(self, runner: DeviceRunner, directory: Path, name: str = "trace", buffer_kb: int = BUFFER_KB,
@@ -167,14 +162,11 @@ class Tracefs:
         if self.runner.shell.dry_run or self._lock is not None:
             return
         try:
-            fd = open_lock(FTRACE_LOCK, "ftrace lock")
+            self._lock = take_ftrace(self.wait_s)
+        except FtraceBusy as e:
+            raise TraceUnavailable(f"{e}; try again when it ends") from None
         except HostLockRefused as e:
             raise TraceUnavailable(str(e)) from None
-        if not flock_by(fd, fcntl.LOCK_EX, time.monotonic() + self.wait_s):
-            os.close(fd)
-            raise TraceUnavailable(f"another traced run on this host kept ftrace ({FTRACE_LOCK}) for more than "
-                                   f"{self.wait_s:g} s; try again when it ends")
-        self._lock = fd
 
     def close(self) -> None:
         """Unmount tracefs if it was mounted here; give ftrace back."""
