@@ -322,6 +322,20 @@ def test_a_campaign_the_cli_labelled_twice_is_still_resumed(sqlite_url, bdbc):
         Campaign.resume(history, refused)
 
 
+def test_a_campaign_the_cli_labelled_twice_warm_starts_a_new_one(sqlite_url, bdbc):
+    """--warm-start same learns from the twice-labelled records of pinned campaigns too: the same space,
+    workload and device, under the fingerprint `tune --fix` recorded until 2026-11-27."""
+    history = History(sqlite_url)
+    runner = make_runner("dataset", dataset=str(bdbc))
+    runner.space = runner.space.fix({"hAVE_CRYPTO": 1})
+    runner.space.description += " (hAVE_CRYPTO=1 fixed)"  # what the second pinning added
+    old = interrupted(history, bdbc, runner=runner)
+    told = len({t.config_hash for t in history.trials(old) if t.status == "SUCCEEDED"})
+    assert told > 0  # measured before the interrupt
+    new = Campaign.create(history, spec(bdbc, budget=2, seed=5, fixed={"hAVE_CRYPTO": 1}, warm_start="same"))
+    assert new.run().warm_started == told
+
+
 def test_resuming_a_finished_campaign_runs_nothing_more(sqlite_url, bdbc):
     history = History(sqlite_url)
     summary = Campaign.create(history, spec(bdbc, budget=4)).run()

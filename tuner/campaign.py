@@ -224,7 +224,8 @@ class Campaign:
         history.mark_stale(rec.id, STALE_REASON)
         similar = None
         if rec.warm_start in ("same", "similar"):
-            self.tuner.warm_start(history.prior_observations(rec))
+            # with the twice-labelled fingerprint `tune --fix` recorded until 2026-11-27: the same space
+            self.tuner.warm_start(history.prior_observations(rec, [_labelled_twice(self.runner.space, rec.fixed)]))
         if rec.warm_start == "similar":
             features = history.fingerprints().get(rec.workload_fingerprint, {}).get("features")
             similar = _similar(history, self.runner, rec.objective_metric, features, rec.budget,

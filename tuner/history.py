@@ -125,15 +125,18 @@ class History:
         with self.session() as s, s.begin():
             s.execute(update(CampaignRecord).where(CampaignRecord.id == campaign_id).values(**values))
 
-    def prior_observations(self, campaign: CampaignView) -> list[tuple[dict[str, Any], float | None, Status]]:
-        """What earlier campaigns measured on the same space, workload and device: one entry per
-        configuration (the mean of its succeeded trials, else its last outcome), for warm starts."""
+    def prior_observations(self, campaign: CampaignView, also_spaces: Sequence[str | None] = ()
+                           ) -> list[tuple[dict[str, Any], float | None, Status]]:
+        """What earlier campaigns measured on the same space (or one of ``also_spaces``, fingerprints an
+        older StoreTune gave the same space), workload and device: one entry per configuration (the mean
+        of its succeeded trials, else its last outcome), for warm starts."""
+        spaces = [campaign.space_fingerprint, *filter(None, also_spaces)]
         query = (
             select(TrialRecord.config_hash, TrialRecord.config, TrialRecord.status, TrialRecord.value)
             .join(CampaignRecord)
             .where(
                 CampaignRecord.id < campaign.id,
-                CampaignRecord.space_fingerprint == campaign.space_fingerprint,
+                CampaignRecord.space_fingerprint.in_(spaces),
                 CampaignRecord.workload_fingerprint == campaign.workload_fingerprint,
                 CampaignRecord.device == campaign.device,
                 CampaignRecord.objective_metric == campaign.objective_metric,
