@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import warnings
@@ -436,6 +437,20 @@ def spaces(
         return
     for space_name in [name] if name else list_spaces():
         console.print(render.space_table(load_space(space_name)))
+
+
+def _one_line_summaries(typer_app: typer.Typer) -> None:
+    """Each command's summary in a listing: its docstring's first paragraph on one line. Typer keeps the
+    docstring's line breaks there (by hand: it has no setting for it, and markdown mode would eat `_`s)."""
+    for command in typer_app.registered_commands:
+        doc = inspect.getdoc(command.callback) if command.callback else None
+        if command.short_help is None and doc:
+            command.short_help = " ".join(doc.split("\n\n")[0].split())
+    for group in typer_app.registered_groups:
+        _one_line_summaries(group.typer_instance)
+
+
+_one_line_summaries(app)
 
 
 if __name__ == "__main__":

@@ -214,3 +214,12 @@ def test_a_sqlite_history_under_home_is_opened_where_it_says(tmp_path: Path):
     assert json.loads(proc.stdout.strip().splitlines()[-1])["database"] == f"sqlite:///{tmp_path}/h/history.sqlite"
     assert (tmp_path / "h" / "history.sqlite").is_file() and not (tmp_path / "~").exists()
     run_cli("campaigns", "--db", "sqlite:///~/h/history.sqlite", env={"HOME": str(tmp_path)}, check=True)
+
+
+def test_the_command_listing_shows_each_summary_unbroken():
+    """`storetune --help` listed a summary with its docstring's line breaks ("...say where the" and
+    "workload's fingerprint shifts" on two lines, however wide the terminal)."""
+    listing = run_cli("--help", env={"COLUMNS": "250"}, check=True).stdout
+    assert "record every I/O's latency; say where the workload's fingerprint shifts (seed 004's change detection)." in listing
+    admission = run_cli("admission", "--help", env={"COLUMNS": "250"}, check=True).stdout
+    assert "inference, for pays, cutoff and period labels of the test (or validation) part." in admission
