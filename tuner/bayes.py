@@ -260,10 +260,10 @@ class BayesianOptimization(Tuner):
         # so on a table the draws are exactly those of one at a time
         drawn = 0
         while len(out) < limit and drawn < 3 * limit:
-            batch = self.space.sample_many(self.rng, min(limit - len(out), 3 * limit - drawn))
-            if not batch:  # every row of it forbidden
-                break
-            drawn += len(batch)
+            wanted = min(limit - len(out), 3 * limit - drawn)
+            batch = self.space.sample_many(self.rng, wanted)
+            # a batch whose every row is forbidden counts as drawn (it used to end the draw, however few it was)
+            drawn += len(batch) or wanted
             for c in batch:
                 if c not in seen and not self.known(c):
                     out.append(c)
