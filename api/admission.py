@@ -35,6 +35,8 @@ def _config(model: str, labeling: str, network: str, history_depth: int, thresho
         raise UserError(f"--decision-threshold must be in (0, 1), not {decision_threshold:g}")
     if model == "regressor" and not 0 <= loss_bias < 1:
         raise UserError(f"--loss-bias must be in [0, 1) for the regressor, not {loss_bias}")
+    if not 0 < threshold_percentile < 100:
+        raise UserError(f"--threshold-percentile must be in (0, 100), not {threshold_percentile:g}")
     if labeling not in ("cutoff", "period", "pays"):
         raise UserError(f"--labeling {labeling!r}: choose pays, cutoff or period")
     if features not in FEATURE_SETS:
@@ -144,6 +146,8 @@ def train(
     """Train a model and report its accuracy on the test part: ROC-AUC, PR-AUC, F1, FNR, FPR."""
     from runners.admission.model import accuracy, inference_cost
 
+    if joint < 1:
+        raise UserError(f"--joint must be at least 1 (I/Os per decision), not {joint}")
     cfg = _config(model, labeling, network, history_depth, threshold_percentile, class_weight, loss_bias, noise_filter,
                   decision_threshold, features, replicas, failover_cost_us)
     pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
@@ -176,6 +180,8 @@ def simulate(
     from runners.admission.pipeline import AdmissionConfig
     from runners.admission.simulator import fan_out as tail_at_scale
 
+    if fan_out < 1:
+        raise UserError(f"--fan-out must be at least 1 (sub-requests per user request; 1: none), not {fan_out}")
     pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)
     threshold = threshold_us if threshold_us is not None else pipeline.threshold_us(90)
     pipeline.check_threshold(threshold)
@@ -208,6 +214,8 @@ def baselines(
     """Every baseline's mean and p99 latency and failover rate on the test part."""
     from runners.admission.baselines import baselines as run_baselines
 
+    if not 0 < threshold_percentile < 100:
+        raise UserError(f"--threshold-percentile must be in (0, 100), not {threshold_percentile:g}")
     tuned = None
     if campaign is None:
         pipeline = _failover_pipeline(trace, split, seed, replicas, failover_cost_us)

@@ -19,6 +19,7 @@ from api.common import (
     JsonOption,
     LoopDirOpt,
     LoopSizeOpt,
+    UserError,
     WarmupOpt,
     console,
     err,
@@ -51,8 +52,14 @@ def replay(
     """Replay a block trace on a device with O_DIRECT and record every I/O's latency; say where the
     workload's fingerprint shifts (seed 004's change detection)."""
     from runners.device.replay import replay_on_device
+    from runners.fingerprint import check_detection
     from runners.traces import read_trace, write_flashnet
 
+    check_detection(window)  # before the replay, not after it
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: the folder {out.parent} does not exist")
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder: name the file to write")
     loaded = read_trace(trace, fmt)
     where = runner_settings("device", dict(device=device, allow_device=allow_device, loop_dir=loop_dir,
                                            loop_size_mib=loop_size_mib))  # the device runner's defaults and checks

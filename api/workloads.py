@@ -15,7 +15,7 @@ from api.common import (
     UserError, WorkloadOpt, console, err, open_history, runner_settings,
 )
 from runners import Workload
-from runners.fingerprint import DISTANCE_FEATURES, changes, trace_fingerprint
+from runners.fingerprint import DISTANCE_FEATURES, changes, check_detection, trace_fingerprint
 from runners.traces import read_trace
 
 TraceOpt = Annotated[Optional[Path], typer.Option(help="A block trace: MSR, MSR CSV or FlashNet (detected).")]
@@ -101,6 +101,7 @@ def fingerprint(
     --workload NAME --device loop traces a run of the device runner's workload with blktrace, which sees
     the file system's journal and metadata I/O too; --runtime, --fileset-mib and --engine name the
     campaign the fingerprint is for (the traced run itself lasts --seconds)."""
+    check_detection(window, threshold)  # before a traced run, not after it
     workload, found, loaded = _source(trace, fmt, dict(workload=workload, device=device, allow_device=allow_device,
                                                        engine=engine, runtime_s=runtime, loop_dir=loop_dir,
                                                        loop_size_mib=loop_size_mib, fileset_mib=fileset_mib),

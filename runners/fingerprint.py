@@ -189,10 +189,18 @@ class Change:
         return {"window": self.window, "first_io": self.first_io, "distance": round(self.distance, 3)}
 
 
-def window_features(trace: Trace, window: int) -> list[dict[str, float | None]]:
-    """The features of each run of ``window`` I/Os, in trace order (a last partial window dropped)."""
+def check_detection(window: int, threshold: float = 4.0) -> None:
+    """Refuse a change detection that cannot work, before a trace is read or a device replays it."""
     if window < 2:
         raise FingerprintError(f"a window of {window} I/Os is too small; use at least 2")
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise FingerprintError(f"a threshold of {threshold:g} noise units would make every window a shift; use a "
+                               "positive number (4 by default)")
+
+
+def window_features(trace: Trace, window: int) -> list[dict[str, float | None]]:
+    """The features of each run of ``window`` I/Os, in trace order (a last partial window dropped)."""
+    check_detection(window)
     count = len(trace) // window
     if count < 2:
         raise FingerprintError(f"{trace.source or 'the trace'}: {len(trace)} I/Os make fewer than two windows of "
@@ -214,6 +222,7 @@ def changes(trace: Trace, window: int = 1000, threshold: float = 4.0, history: i
     The scale of each feature is its typical change from one window to the next (1.4826 times the
     median absolute difference of consecutive windows, over sqrt 2), which one change point barely
     moves: a shift counts in units of the trace's own window-to-window noise."""
+    check_detection(window, threshold)
     rows = np.array([vector(f) for f in window_features(trace, window)])
     diffs = np.abs(np.diff(rows, axis=0))
     with np.errstate(all="ignore"):

@@ -258,6 +258,10 @@ def test_baselines_and_simulate(tmp_path):
         (["baselines", "--failover-cost-us", "-30"], "at least 0, not -30"),
         (["train", "--decision-threshold", "1.5"], "--decision-threshold must be in (0, 1), not 1.5"),
         (["train", "--model", "forest"], "--model 'forest': choose classifier, regressor, boosted_trees"),
+        (["train", "--joint", "0"], "--joint must be at least 1 (I/Os per decision), not 0"),
+        (["simulate", "--fan-out", "0"], "--fan-out must be at least 1"),
+        (["train", "--labeling", "cutoff", "--threshold-percentile", "150"], "--threshold-percentile must be in (0, 100), not 150"),
+        (["baselines", "--threshold-percentile", "-5"], "--threshold-percentile must be in (0, 100), not -5"),
     ],
 )
 def test_admission_bad_input_is_one_line(args, message):
@@ -294,3 +298,13 @@ def test_tune_the_admission_space_with_pinned_parameters(sqlite_url):
     assert best["value"] == summary["best_value"] and best["test_value"] == summary["test_value"]
     bad = run_cli("tune", "--runner", "admission", "--trace", str(shared(TRACE)), "--fix", "replicas=9", db=sqlite_url)
     assert bad.returncode == 2 and "replicas=" in bad.stderr and "allowed: 1 to 5" in bad.stderr
+
+
+def test_an_admission_campaign_over_a_file_system_space_is_refused(sqlite_url):
+    """The admission runner reads only the policy's knobs: over storage_v1 every trial measured the default
+    policy, and `best` reported a file system chosen by the failover draws' noise."""
+    proc = run_cli("tune", "--runner", "admission", "--trace", str(shared(TRACE)), "--space", "storage_v1",
+                   "--budget", "2", db=sqlite_url)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: the admission runner measures admission spaces, not 'storage_v1': fs, block_size, inode_size ... "
+        "are no knobs of the admission policy")

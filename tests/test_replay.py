@@ -82,6 +82,26 @@ def test_a_malformed_trace_is_one_line_naming_its_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: {bad}: line 2: msr field size is 'nope', not an integer"
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--window", "0"], "error: a window of 0 I/Os is too small; use at least 2"),
+    (["--out", "{tmp}/no/such/folder/o.csv"], "error: --out {tmp}/no/such/folder/o.csv: the folder "
+                                              "{tmp}/no/such/folder does not exist"),
+    (["--out", "{tmp}"], "error: --out {tmp} is a folder: name the file to write"),
+])
+def test_a_replay_that_could_not_report_is_refused_before_it_starts(tmp_path, args, message):
+    """A window of 0 used to replay the whole trace and then end in a ZeroDivisionError; an --out in a
+    missing folder was found out only after the replay (its measurements lost)."""
+    from conftest import run_cli
+
+    trace = tmp_path / "ok.trace"
+    trace.write_text("".join(f"{i * 0.5:.3f} 0 {i * 4096} 4096 1\n" for i in range(100)))
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = run_cli("replay", "--trace", str(trace), "--out", str(tmp_path / "o.csv"), "--loop-dir",
+                   str(tmp_path / "loops"), *args)
+    assert proc.returncode == 2 and proc.stderr.strip() == message.replace("{tmp}", str(tmp_path))
+    assert not (tmp_path / "loops").exists()  # no device was set up
+
+
 def test_a_replay_reports_where_the_workloads_fingerprint_shifts(loop_dir, tmp_path):
     """Two phases in one trace (random 4 KiB reads, then sequential 64 KiB writes): the replay's summary
     names the window where the second begins, counted in I/Os."""

@@ -62,6 +62,17 @@ def test_a_trace_too_short_to_fingerprint_says_how_many_ios_it_needs(tmp_path: P
     assert proc.returncode == 2 and "50 I/Os are too few" in proc.stderr and f"at least {MIN_IOS}" in proc.stderr
 
 
+@pytest.mark.parametrize("threshold", ["0", "-1", "nan"])
+def test_a_threshold_that_makes_every_window_a_shift_is_refused(tmp_path: Path, sqlite_url: str, threshold):
+    """--threshold 0 or below was taken, and every window of the trace reported as a shift."""
+    trace = tmp_path / "ok.trace"
+    trace.write_text("".join(f"{i * 0.5:.3f} 0 {i * 4096} 4096 1\n" for i in range(400)))
+    proc = run_cli("fingerprint", "--trace", str(trace), "--window", "100", "--threshold", threshold, "--db", sqlite_url)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: a threshold of {float(threshold):g} noise units would make every window a shift; use a positive "
+        "number (4 by default)")
+
+
 def test_change_detection_finds_where_two_real_traces_meet():
     msr = read_trace(shared("heimdall_msr/msr.cut.per_10k.rw_40_60.1370.trace.txt"))
     tencent = read_trace(shared("flashnet_tencent/tencent.cut.per_50k.most_size_thpt.222.trace.csv"))

@@ -24,8 +24,13 @@ class AdmissionRunner(RunnerBase):
         super().__init__(settings.model_copy(update={"trace": str(Path(settings.trace).resolve())}))
         trace, train, validation, seed, epochs = (settings.trace, settings.train, settings.validation,
                                                   settings.seed, settings.epochs)
-        self.pipeline = Pipeline(trace, train, validation, seed, epochs, settings.format)
         self.space = load_space(settings.space)
+        foreign = [n for n in self.space.names if n not in AdmissionConfig.__dataclass_fields__]
+        if foreign:  # measure() reads only the policy's knobs: any other would be tuned on noise
+            raise ValueError(f"the admission runner measures admission spaces, not {settings.space!r}: "
+                             f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''} "
+                             f"{'is no knob' if len(foreign) == 1 else 'are no knobs'} of the admission policy")
+        self.pipeline = Pipeline(trace, train, validation, seed, epochs, settings.format)
         self.replica_cost_us = settings.replica_cost_us
         self.workload = Workload("trace", Path(trace).name.split(".trace")[0], {
             "sha256": self.pipeline.sha256, "train": train, "validation": validation, "seed": seed, "epochs": epochs})
