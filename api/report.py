@@ -214,7 +214,8 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                   line=dict(color=colour[label])) for label, c in data["best_so_far"].items()],
                       layout=_layout("Median best-so-far over seeds", "evaluations", f"{metric} ({better} is better)",
                                      data["log_scale"])),
-            "How good the best configuration found so far is, for a typical seed.")
+            "How good the configuration a typical seed reports as its best so far is: the table's mean of it, "
+            "not its best measurement, which on a noisy table is partly a lucky draw.")
         figures["instant"] = _figure(
             go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
                                   name=label, line=dict(color=colour[label])) for label, a in algorithms.items()],

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from runners import Status
+from search_spaces import Config
 from search_spaces.status import best_of, loss, within_of_best
 from tuner.analysis import (
     campaign_best, campaign_convergence, convergence, evaluations, held_out, near_optimal_trials,
@@ -82,10 +83,17 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
     best_so_far: dict[str, list[float | None]] = {}
     # seeds stopped at their first near-optimal configuration have no best beyond it: no curve
     stopped = record.settings.get("stop_at_near_optimal", False)
-    for label, campaigns in ({} if stopped else _seed_campaigns(history, comparison_id)).items():
+    seeds = {} if stopped else _seed_campaigns(history, comparison_id)
+    means = _table_means(record.runner_settings, objective.get("metric")) if seeds else None
+    for label, campaigns in seeds.items():
         curves = []
         for campaign_id in campaigns:
-            curve = convergence(history.outcomes(campaign_id), direction).best
+            conv = convergence(history.outcomes(campaign_id), direction)
+            if means is None:  # the table is gone: the best values seen
+                curve = conv.best
+            else:
+                configs = {t.number: t.config for t in history.trials(campaign_id)}
+                curve = [None if n is None else means.get(Config(configs[n])) for n in _best_trials(conv)]
             curves.append([math.nan if v is None else v for v in curve])
         if curves:
             width = max(len(c) for c in curves)
@@ -114,6 +122,31 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
 
 
 # --- helpers ----------------------------------------------------------------------------------------
+def _table_means(runner_settings: dict[str, Any], metric: str | None) -> dict[Config, float] | None:
+    """The comparison's table: each configuration's mean, the truth its seeds are judged by; None if the
+    table can no longer be read (moved, changed)."""
+    from runners import make_runner
+
+    try:
+        return make_runner("dataset", runner_settings).table.means(metric)
+    except (OSError, ValueError):
+        return None
+
+
+def _best_trials(conv: Any) -> list[int | None]:
+    """After each evaluation, the trial a seed reports as its best so far (the first to reach the best
+    value). Its table mean, not its value, is what the seed found: on a noisy table the best value
+    seen is a lucky draw, and a median of those flattered every algorithm beyond the table's best."""
+    out: list[int | None] = []
+    for number, value, best in zip(conv.trial, conv.value, conv.best):
+        if value is not None and value == best and (not out or out[-1] is None or best != previous):
+            out.append(number)
+        else:
+            out.append(out[-1] if out else None)
+        previous = best
+    return out
+
+
 def _seed_campaigns(history: History, comparison_id: int) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for c in history.comparison_campaigns(comparison_id):
