@@ -150,6 +150,12 @@ class SearchSpace:
         if not pinned:
             return self
         parameters = [_pin(p, pinned[p.name]) if p.name in pinned else p for p in self.parameters]
+        fixed = {p.name: p.default for p in parameters if _pinned_to(p, p.default)}  # these pins and earlier ones
+        for p in parameters:
+            if p.name in pinned and p.when.referenced() <= fixed.keys() and not p.when.holds(fixed):
+                because = ", ".join(f"{r}={fixed[r]}" for r in sorted(p.when.referenced()))
+                raise InvalidConfig(f"{p.name}={pinned[p.name]} is pinned where it never applies: {p.name} does not "
+                                    f"apply when {because}; it applies only when {p.when.describe()}", p.name)
         label = ", ".join(f"{k}={v}" for k, v in pinned.items())
         return SearchSpace(self.name, parameters, self.forbidden, f"{self.description} ({label} fixed)", self.start)
 

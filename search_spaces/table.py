@@ -108,6 +108,11 @@ class TableSpace(SearchSpace):
         members = [c for c in self.members if all(c.get(k, v) == v for k, v in pinned.items())]
         if not members:
             raise InvalidConfig(f"no configuration of {self.name} has {pinned}")
+        for name, value in pinned.items():  # a pin no configuration has would leave the others unpinned
+            if not any(name in c for c in members):
+                others = ", ".join(f"{k}={v}" for k, v in pinned.items() if k != name)
+                raise InvalidConfig(f"{name}={value} is pinned where it never applies: no configuration of "
+                                    f"{self.name}{f' with {others}' if others else ''} has {name}")
         narrowed = SearchSpace.fix(self, pinned)
         return TableSpace(self.name, narrowed.parameters, members, narrowed.description)
 

@@ -182,3 +182,23 @@ def test_pinning_again_what_is_pinned_changes_nothing(space):
     once = space.fix({name: default[name]})
     assert once.fix({name: default[name]}).fingerprint() == once.fingerprint()
     assert once.fix({}).fingerprint() == once.fingerprint()
+
+
+def test_a_pin_where_its_parameter_never_applies_is_refused():
+    """`--fix model_kind=regressor --fix decision_threshold=0.3` was accepted and shown as pinned, though the
+    threshold never applies to a regressor (`check` refused the same pair); on a table, `--fix fs=ext4 --fix
+    xfs_agcount=4` kept every ext4 configuration, none of which has an allocation-group count."""
+    admission = load_space("admission")
+    with pytest.raises(InvalidConfig, match="decision_threshold=0.3 is pinned where it never applies: "
+                                            "decision_threshold does not apply when model_kind=regressor"):
+        admission.fix({"model_kind": "regressor", "decision_threshold": 0.3})
+    with pytest.raises(InvalidConfig, match="pinned where it never applies"):  # pinned in two steps
+        admission.fix({"model_kind": "regressor"}).fix({"decision_threshold": 0.3})
+    assert admission.fix({"decision_threshold": 0.3}).fix({"model_kind": "classifier"})  # applies: kept
+    from pathlib import Path
+
+    table = load_table(Path(__file__).resolve().parents[1] / "datasets" / "loop-storage-v3", {"workload": "fileserver"}).space
+    with pytest.raises(InvalidConfig, match="xfs_agcount=4 is pinned where it never applies: no configuration of "
+                                            r"[\w-]+ with fs=ext4 has xfs_agcount"):
+        table.fix({"fs": "ext4", "xfs_agcount": 4})
+    assert {c["xfs_agcount"] for c in table.fix({"fs": "xfs", "xfs_agcount": 4}).members} == {4}
