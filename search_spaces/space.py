@@ -106,8 +106,12 @@ class SearchSpace:
 
         With ``fill_defaults``, active parameters that are missing take their defaults.
         """
-        for name in config:
-            self[name]  # raises on an unknown parameter
+        # what is wrong with the values given is said before what is missing: a bad value, then a
+        # forbidden combination of given values ("missing parameter 'fs'" hid both)
+        given = {name: self[name].canonical(value) for name, value in config.items()}  # unknown names raise too
+        for rule in self.forbidden:
+            if rule.condition.referenced() <= given.keys() and rule.condition.holds(given):
+                raise InvalidConfig(f"forbidden combination: {rule.describe()}")
         out: dict[str, Value] = {}
         for p in self.parameters:
             if not p.when.holds(out):
@@ -118,12 +122,12 @@ class SearchSpace:
                     )
                 continue
             if p.name in config:
-                out[p.name] = p.canonical(config[p.name])
+                out[p.name] = given[p.name]
             elif fill_defaults:
                 out[p.name] = p.default
             else:
                 raise InvalidConfig(f"missing parameter {p.name!r}; allowed: {p.describe_domain()}", p.name)
-        for rule in self.forbidden:
+        for rule in self.forbidden:  # again, with the defaults filled in
             if rule.condition.holds(out):
                 raise InvalidConfig(f"forbidden combination: {rule.describe()}")
         return Config(out)

@@ -89,6 +89,10 @@ def test_check_accepts_a_valid_configuration():
     [
         (["check", "--space", "storage_v1", "fs=ext4", "journal=1"], "unknown parameter 'journal'"),
         (["check", "--space", "storage_v1", "fs=zfs"], "fs='zfs' is outside the space; allowed: ext2, ext3"),
+        # what is wrong with the values given comes before what is missing (it said "missing parameter 'fs'")
+        (["check", "--space", "storage_v1", "block_size=abc"], "block_size='abc' is outside the space; allowed: 1024"),
+        (["check", "--space", "storage_v1", "fs=ext2", "block_size=1024", "inode_size=2048"],
+         "forbidden combination: mke2fs(8) refuses an inode larger than the block"),
         (["tune", "--dataset", "{bdbc}", "--algorithm", "annealing"], "unknown algorithm 'annealing'"),
         (["tune", "--dataset", "{bad}"], "line 3: 4 fields where the header has 3"),
         (["tune", "--dataset", "{bdbc}", "--budget", "5000"], "more than the 2560 configurations"),
