@@ -332,7 +332,9 @@ def report(
     from api.report import page
     from tuner.report import campaign_data, comparison_data
 
-    if (campaign is None) == (comparison is None):
+    if campaign is not None and comparison is not None:
+        raise UserError(f"report one thing: campaign {campaign} or --comparison {comparison}, not both")
+    if campaign is None and comparison is None:
         raise UserError("report needs a campaign id, or --comparison ID")
     history = open_history(db, migrate=False)
     if campaign is not None:

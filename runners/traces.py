@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +64,21 @@ def _lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
+def _header(path: Path, number: int, line: str) -> TraceError | None:
+    """A line of names, not numbers (a CSV export's header): said as such, not as a bad field."""
+    fields = [x for x in re.split(r"[,\s]+", line.strip()) if x]
+    if len(fields) in {len(c) for c in COLUMNS.values()} and not any(_is_number(x) for x in fields):
+        return TraceError(f"{path}: line {number} is a header, {line.strip()[:80]!r}: a FlashNet or MSR trace has "
+                          "none (every line is one I/O); remove it")
+    return None
+
+
 def _detect(path: Path, text: str) -> str:
-    for line in _lines(text):
+    for number, line in enumerate(_lines(text), start=1):
         if line.strip():
+            header = _header(path, number, line)
+            if header:
+                raise header
             fields = line.strip().split(",")
             if len(fields) == 7:
                 return "msr-csv" if not _is_number(fields[1]) else "flashnet"
@@ -101,6 +114,9 @@ def read_trace(path: str | Path, fmt: str | None = None) -> Trace:
         try:
             rows.append(_parse(fmt, fields))
         except _BadField as e:
+            header = None if rows else _header(path, number, line)
+            if header:
+                raise header from None
             raise TraceError(f"{path}: line {number}: {fmt} field {columns[e.column]} is {fields[e.column][:40]!r}, "
                              f"{e.rule}") from None
         lines.append(number)

@@ -140,6 +140,10 @@ def test_report_bad_input_is_one_line_and_an_empty_campaign_still_renders(sqlite
     assert missing.returncode == 2 and missing.stderr.strip() == f"error: no campaign 999 in {sqlite_url}"
     missing = run_cli("report", "--comparison", "7", "--out", str(tmp_path / "r.html"), db=sqlite_url)
     assert missing.returncode == 2 and missing.stderr.strip() == f"error: no comparison 7 in {sqlite_url}"
+    both = run_cli("report", "5", "--comparison", "7", db=sqlite_url)  # was "report needs a campaign id"
+    assert both.returncode == 2 and both.stderr.strip() == "error: report one thing: campaign 5 or --comparison 7, not both"
+    neither = run_cli("report", db=sqlite_url)
+    assert neither.returncode == 2 and neither.stderr.strip() == "error: report needs a campaign id, or --comparison ID"
     # a benchmark that always fails: every trial FAILED, and the report says why it is empty
     failing = tmp_path / "bench.sh"
     failing.write_text("#!/bin/sh\necho 'disk on fire' >&2\nexit 3\n")

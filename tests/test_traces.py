@@ -68,6 +68,10 @@ def test_original_msr_csv(tmp_path):
         ("0.000 0 0 4096 0\n0.1\x00 0 0 4096 1\n", "line 2: not text \\(character 0x00\\)"),
         ("128166372003061629,hm,1,Read,383516672,32768,41286\n128166372003061629,hm,1,Erase,0,1,1\n",
          "line 2: msr-csv field Type is 'Erase', neither Read nor Write"),
+        # a CSV export's header was "msr-csv field Type is 'size', neither Read nor Write"
+        ("ts,lat,op,size,offset,sub,sz\n0.000,120,1,4096,0,0.091,4096\n",
+         "line 1 is a header, 'ts,lat,op,size,offset,sub,sz': a FlashNet or MSR trace has none"),
+        ("timestamp devno offset size op\n0.5 0 0 4096 0\n", "line 1 is a header, 'timestamp devno offset size op'"),
     ],
 )
 def test_malformed_traces_name_the_line(tmp_path, text, message):
