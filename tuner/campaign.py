@@ -310,6 +310,10 @@ def _similar(history: History, runner: Runner, metric: str, features: Mapping[st
     near-optimal configurations (``tuner.workloads.recommend``)."""
     from tuner.workloads import recommend, similar_configs
 
+    if features is None and runner.name == "dataset":  # a table's workload cannot be traced after the fact
+        raise ValueError(f"--warm-start similar needs the fingerprint of workload {runner.workload.name}, and this "
+                         "table ships none (a dataset brings its workloads' fingerprints in a fingerprints.json "
+                         "beside its table, as datasets/loop-storage-v3 does): use --warm-start same")
     if features is None:
         raise ValueError(f"--warm-start similar needs the fingerprint of workload {runner.workload.name}, and the "
                          "history has none: record it with storetune fingerprint (--trace, or --workload on a device) "
