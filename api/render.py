@@ -84,6 +84,13 @@ def summary_table(summary: CampaignSummary) -> Table:
         line = (f"{len(summary.pareto)} trials, hypervolume {hv} (reference: the worst measured, {reference}); "
                 "storetune best lists them")
         rows.insert(7, ("Pareto set", line))
+    if summary.test_value is not None:  # the best configuration on data the search never saw (admission)
+        rows.insert(7, ("held-out value", f"{summary.test_value:.6g} (the best configuration on the test part)"))
+    if summary.similar is not None:
+        near = ", ".join(f"{n['workload']} ({n['distance']:.2f})" for n in summary.similar.get("neighbours", []))
+        first = len(summary.similar.get("first", []))
+        rows.insert(5, ("similar workloads", f"{first} of their near-optimal configurations measured first"
+                                             + (f"; nearest: {near}" if near else "")))
     if summary.warm_started is not None:
         rows.insert(5, ("warm start", f"{summary.warm_started} earlier trials of the same space, workload and device "
                                       "told first; not in the budget, nor in the best"))

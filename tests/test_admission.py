@@ -296,6 +296,9 @@ def test_tune_the_admission_space_with_pinned_parameters(sqlite_url):
     assert summary["test_value"] is not None and summary["test_value"] > 0
     best = json.loads(run_cli("best", str(summary["campaign"]), "--json", db=sqlite_url, check=True).stdout)
     assert best["value"] == summary["best_value"] and best["test_value"] == summary["test_value"]
+    # tune's box shows the held-out value too (it was only in --json and `best`)
+    shown = run_cli("tune", "--resume", str(summary["campaign"]), db=sqlite_url, check=True).stdout
+    assert f"held-out value │ {summary['test_value']:.6g} (the best configuration on the test part)" in " ".join(shown.split())
     bad = run_cli("tune", "--runner", "admission", "--trace", str(shared(TRACE)), "--fix", "replicas=9", db=sqlite_url)
     assert bad.returncode == 2 and "replicas=" in bad.stderr and "allowed: 1 to 5" in bad.stderr
 

@@ -165,6 +165,17 @@ def test_warm_start_similar_measures_the_nearest_workloads_best_first(tmp_path, 
     assert summary.similar["first"][0] == {"fs": "a", "depth": 4}
     assert summary.best_config == {"fs": "a", "depth": 4}
 
+    if algorithm == "random":  # the box `tune` prints says so too (it showed only "warm start: 0 earlier trials")
+        from rich.console import Console
+
+        from api.render import summary_table
+
+        console = Console(record=True, width=300)
+        console.print(summary_table(summary))
+        shown = " ".join(console.export_text().split())
+        first = len(summary.similar["first"])
+        assert f"similar workloads │ {first} of their near-optimal configurations measured first; nearest: reader (" in shown
+
 
 def test_warm_start_similar_without_this_workloads_fingerprint_says_how_to_get_one(tmp_path, sqlite_url, bdbc):
     history = History(sqlite_url)
