@@ -111,7 +111,7 @@ def _emit(result: dict[str, Any], as_json: bool, title: str) -> None:
         return
     console.print(f"[bold]{title}[/]")
     for key, value in result.items():
-        shown = f"{value:.4g}" if isinstance(value, float) else value
+        shown = f"{value:.6g}" if isinstance(value, float) else value  # 10400.5, not 1.04e+04
         console.print(f"  {key} = {shown}", markup=False, highlight=False)
 
 
@@ -167,7 +167,8 @@ def train(
 @app.command()
 def simulate(
     trace: TraceOption,
-    threshold_us: Annotated[Optional[float], typer.Option(help="Fail over when the predicted latency exceeds this.")]
+    threshold_us: Annotated[Optional[float], typer.Option(help="Fail over when the predicted latency exceeds this "
+                                                               "(default: the training part's 90th percentile).")]
     = None,
     replicas: ReplicasOption = 3,
     failover_cost_us: FailoverOption = 30.0,

@@ -80,7 +80,10 @@ def pairs(items: list[str], option: str) -> dict[str, str]:
 def _device_help(field: str) -> str:
     model = DeviceSettings.model_fields[field]
     default = model.get_default(call_default_factory=True)
-    return f"Device runner: {(model.description or '').rstrip('.')} (default {default!r})."
+    said = (model.description or "").rstrip(".")
+    if said[1:2].islower():  # "The Filebench personality" reads "the Filebench personality" after the colon
+        said = said[0].lower() + said[1:]
+    return f"Device runner: {said} (default {default!r})."
 
 
 # The device runner's options, declared once from its settings model (their help and defaults are the

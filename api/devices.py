@@ -76,7 +76,8 @@ def replay(
         print(json.dumps(summary))
         return
     if result.wrapped:
-        console.print(f"{result.wrapped} of {len(loaded)} offsets lay beyond the device and were wrapped modulo its size")
+        console.print(f"{result.wrapped} of {len(loaded)} offsets lay beyond the device and were wrapped back onto it "
+                      "(modulo the device's size less the I/O's length, aligned to its block)")
     console.print(f"replayed {summary['ios']} I/Os in {summary['duration_s']} s: mean latency "
                   f"{summary['latency_mean_us']:.0f} us, p99 {summary['latency_p99_us']:.0f} us -> {out}")
     shifts = summary["changes"]

@@ -186,7 +186,9 @@ def recommend(
     if as_json:
         print(json.dumps({"workload": workload.name, "ios": found["ios"], **result.to_dict()}, default=str))
         return
-    console.print(f"workload {workload.name}: the {len(result.neighbours)} nearest known workloads ({result.metric}, "
+    count = len(result.neighbours)
+    nearest = "the nearest known workload" if count == 1 else f"the {count} nearest known workloads"
+    console.print(f"workload {workload.name}: {nearest} ({result.metric}, "
                   f"near-optimal within {result.within:.0%} of each one's best)", highlight=False)
     for n in result.neighbours:
         console.print(f"  {n.workload_name}: distance {n.distance:.2f} ({n.source}); best {n.metric} = "

@@ -44,8 +44,9 @@ def prepare(trace: Trace) -> IOs:
         raise AdmissionDataError(f"{trace.source}: the trace has no latencies; replay it first (storetune replay)")
     unmeasured = np.flatnonzero(~np.isfinite(trace.latency_us))
     if len(unmeasured):
-        raise AdmissionDataError(f"{trace.where(int(unmeasured[0]))}: no latency (-1), and {len(unmeasured) - 1} more "
-                                 "I/Os lack one; admission learns from every I/O's latency")
+        more = f", and {len(unmeasured) - 1} more I/Os lack one" if len(unmeasured) > 1 else ""
+        raise AdmissionDataError(f"{trace.where(int(unmeasured[0]))}: no latency (-1){more}; admission learns from "
+                                 "every I/O's latency")
     submit = np.where(np.isfinite(trace.submit_ms), trace.submit_ms, trace.ts_ms) * 1000.0
     order = np.argsort(submit, kind="stable")
     # from the first submission: cumulative sums of epoch microseconds (1.7e15) would lose milliseconds

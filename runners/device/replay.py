@@ -9,8 +9,9 @@ waited for the interpreter lock before it was timed. ``bench/device_overhead.py`
 mean and p99 against fio's on the same device at queue depths 1, 8 and 32.
 
 I/Os are submitted at the trace's timestamps divided by ``speed``, or as fast as possible with speed
-0. Offsets beyond the device wrap modulo its size (MSR traces reach about 15 GB), aligned down to the
-device's logical block; the count of wrapped I/Os is reported.
+0. Offsets beyond the device wrap back onto it, modulo the device's size less the I/O's length (so that
+the whole I/O fits; MSR traces reach about 15 GB), aligned down to the device's logical block; the
+count of wrapped I/Os is reported.
 """
 
 from __future__ import annotations
