@@ -16,6 +16,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from search_spaces import format_value
+
 REFRESH_MS = 3000
 
 
@@ -137,14 +139,19 @@ def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> 
             ticks.append([(i / span if len(axis["labels"]) > 1 else 0.5, label)
                           for i, label in enumerate(axis["labels"])])
             continue
-        use_log = axis.get("log") and (values > 0).all()
-        shown = np.log10(values) if use_log else values
-        low, high = float(shown.min()), float(shown.max())
+        missing = np.isnan(values)  # where a conditional parameter does not apply: at the foot, as n/a
+        known = values[~missing]
+        use_log = axis.get("log") and (known > 0).all()
+        shown = np.log10(np.where(missing, 1.0, values)) if use_log else values
+        low, high = (float(np.nanmin(shown)), float(np.nanmax(shown))) if len(known) else (0.0, 1.0)
         width = high - low or 1.0
-        scaled.append((shown - low) / width if high > low else np.full(len(values), 0.5))
-        distinct = np.unique(shown)
+        foot, room = (0.12, 0.88) if missing.any() else (0.0, 1.0)
+        place = foot + room * ((shown - low) / width if high > low else np.full(len(values), 0.5))
+        scaled.append(np.where(missing, 0.0, place))
+        distinct = np.unique(shown[~missing])
         marks = distinct if len(distinct) <= 5 else np.linspace(low, high, 5)  # a flag's 0 and 1, not 0.25 ...
-        ticks.append([((m - low) / width if high > low else 0.5, f"{10 ** m if use_log else m:.4g}") for m in marks])
+        ticks.append([(foot + room * ((m - low) / width if high > low else 0.5), f"{10 ** m if use_log else m:.4g}")
+                      for m in marks] + ([(0.0, "n/a")] if missing.any() else []))
     lines = np.column_stack(scaled)
     rank = np.asarray(par["rank"], dtype=float)
     colours = sample_colorscale("Viridis", [0.25 + 0.75 * (1 - i / (len(BANDS) - 1)) for i in range(len(BANDS))])
@@ -175,7 +182,7 @@ def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> 
 def _parcoords(par: dict[str, Any], metric: str, title: str) -> go.Figure:
     """plotly's own parallel coordinates (WebGL): select trials by dragging along an axis. Coloured by
     rank, as the lines are: the best bright."""
-    dims = [dict(label=d["name"], values=np.asarray(d["values"], dtype=float),  # numpy: validated as one array
+    dims = [dict(label=d["name"], values=_at_foot(np.asarray(d["values"], dtype=float)),  # numpy: one array
                  **({"tickvals": list(range(len(d["labels"]))), "ticktext": d["labels"]} if "labels" in d else {}))
             for d in par["dimensions"]]
     value = np.asarray(par["value"], dtype=float)
@@ -185,6 +192,15 @@ def _parcoords(par: dict[str, Any], metric: str, title: str) -> go.Figure:
                                    dimensions=dims)],
                      layout=dict(title=dict(text=title), height=480, margin=dict(l=70, r=70, t=80, b=40),
                                  template="none"))
+
+
+def _at_foot(values: np.ndarray) -> np.ndarray:
+    """Values where a parameter does not apply (NaN, which parcoords would not draw) below the others."""
+    missing = np.isnan(values)
+    if not missing.any() or missing.all():
+        return np.where(missing, 0.0, values)
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    return np.where(missing, low - 0.1 * ((high - low) or 1.0), values)
 
 
 def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -241,7 +257,7 @@ def campaign_tables(data: dict[str, Any]) -> str:
             ("objective", f"{objective['direction']} {objective['metric']}"),
             ("evaluated", f"{data['evaluated']} of {data['budget']}"),
             ("best", "-" if best is None else f"{best['value']:.6g} (trial {best['trial']})"),
-            ("best configuration", "-" if best is None else ", ".join(f"{k}={v}" for k, v in best["config"].items()))]
+            ("best configuration", "-" if best is None else ", ".join(f"{k}={format_value(v)}" for k, v in best["config"].items()))]
     if data["test_value"] is not None:
         rows.append(("test value (held out)", f"{data['test_value']:.6g}"))
     out = ['<table class="summary">', *(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows), "</table>"]
@@ -255,7 +271,7 @@ def campaign_tables(data: dict[str, Any]) -> str:
                 *(f"<th>{e(n)}</th>" for n in names), "</tr>"]
         for t in near["trials"]:
             out.append(f"<tr><td>{t['trial']}</td><td>{t['value']:.6g}</td>"
-                       + "".join(f"<td>{e(str(t['config'].get(n, 'n/a')))}</td>" for n in names) + "</tr>")
+                       + "".join(f"<td>{e(format_value(t['config'].get(n, 'n/a')))}</td>" for n in names) + "</tr>")
         out.append("</table>")
         common = [(n, rows[0]) for n, rows in near["common"].items() if rows and rows[0]["lift"] and
                   rows[0]["lift"] > 1 and rows[0]["near_optimal"] > 0]

@@ -5,7 +5,7 @@ The bottom layer of StoreTune: it imports nothing from tuner/, runners/ or api/.
 
 from search_spaces.catalog import list_spaces, load_space, space_from_dict
 from search_spaces.conditions import Condition
-from search_spaces.config import Config, Value, config_hash, format_config
+from search_spaces.config import Config, Value, config_hash, format_config, format_value
 from search_spaces.parameter import InvalidConfig, Kind, Parameter
 from search_spaces.space import Forbidden, SearchSpace
 from search_spaces.status import Direction, Status, better
@@ -26,6 +26,7 @@ __all__ = [
     "better",
     "config_hash",
     "format_config",
+    "format_value",
     "infer_table_space",
     "list_spaces",
     "load_space",

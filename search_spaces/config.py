@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Union
+from typing import Any, Union
 
 Value = Union[str, int, float, bool]
 
@@ -61,4 +61,10 @@ def config_hash(config: Mapping[str, Value]) -> str:
 
 def format_config(config: Mapping[str, Value]) -> str:
     """``fs=ext4 block_size=4096 ...``: compact, for tables and log lines."""
-    return " ".join(f"{k}={v}" for k, v in config.items())
+    return " ".join(f"{k}={format_value(v)}" for k, v in config.items())
+
+
+def format_value(value: Any) -> str:
+    """A value as shown: a real one to 10 significant digits (0.455, not the 0.45500000000000007 a move's
+    arithmetic left; --json keeps it whole)."""
+    return format(value, ".10g") if isinstance(value, float) else str(value)

@@ -67,3 +67,29 @@ def test_near_optimal_holds_for_negative_values():
     assert near_optimal(means, "max", within=0.99) == {Config(a=3)}
     assert near_optimal({Config(a=0): -100.0, Config(a=1): -100.5, Config(a=2): -102.0}, "max", 0.99) == {
         Config(a=0), Config(a=1)}
+
+
+def test_a_conditional_real_parameter_is_a_number_axis_with_n_a_apart_and_shown_rounded():
+    """The admission space's decision threshold applies to classifiers only: with None where it does not
+    apply, its column was drawn as labels, one tick per distinct real value, unreadable; and a move's
+    arithmetic (0.45500000000000007) showed in every table."""
+    from types import SimpleNamespace
+
+    from api.report import _parallel_lines
+    from search_spaces import format_config
+    from tuner.importance import common_values
+    from tuner.report import _parallel
+
+    trials = [SimpleNamespace(config={"model_kind": "classifier", "decision_threshold": 0.1 + 0.35 + i / 100},
+                              value=10.0 + i) for i in range(5)]
+    trials += [SimpleNamespace(config={"model_kind": "regressor"}, value=20.0 + i) for i in range(3)]
+    (kind, threshold) = _parallel(trials, ["model_kind", "decision_threshold"], 0, "min")["dimensions"]
+    assert "labels" in kind and "labels" not in threshold
+    assert threshold["values"][5:] == [None] * 3 and threshold["values"][0] == 0.1 + 0.35
+    par = _parallel(trials, ["model_kind", "decision_threshold"], 0, "min")
+    text = _parallel_lines(par, "latency", False, "t").data[-1].text  # the axes' tick labels
+    assert "n/a" in text and "0.45" in text and len(text) < 20
+    assert format_config({"decision_threshold": 0.1 + 0.35 + 0.005}) == "decision_threshold=0.455"
+    assert 0.1 + 0.35 + 0.005 != 0.455  # the value the table showed before
+    rows = common_values([t.config for t in trials[:1]], [t.config for t in trials], ["decision_threshold"])
+    assert {r["value"] for r in rows["decision_threshold"]} >= {"0.45", "n/a"}

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from search_spaces import format_value
 from tuner.analysis import json_safe
 
 NA = "n/a"  # the level of a parameter inactive under its condition
@@ -208,8 +209,8 @@ def common_values(near: Sequence[Mapping[str, Any]], everything: Sequence[Mappin
     inside the near-optimal set against its count over all configurations, most over-represented first."""
     out: dict[str, list[dict[str, Any]]] = {}
     for name in names:
-        inside = pd.Series([str(c.get(name, NA)) for c in near]).value_counts()
-        overall = pd.Series([str(c.get(name, NA)) for c in everything]).value_counts()
+        inside = pd.Series([format_value(c.get(name, NA)) for c in near]).value_counts()
+        overall = pd.Series([format_value(c.get(name, NA)) for c in everything]).value_counts()
         rows = []
         for value, total in overall.items():
             count = int(inside.get(value, 0))

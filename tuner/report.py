@@ -196,8 +196,11 @@ def _parallel(scored: list[Any], names: list[str], seed: int, direction: str) ->
     dimensions = []
     for name in names:
         column = [t.config.get(name) for t in rows]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in column):
-            dimensions.append({"name": name, "values": [float(v) for v in column]})
+        given = [v for v in column if v is not None]
+        if given and all(isinstance(v, int | float) and not isinstance(v, bool) for v in given):
+            # a number axis; where the parameter does not apply (a conditional one, such as a classifier's
+            # decision threshold) None, drawn apart as n/a: as labels, every distinct real value was a tick
+            dimensions.append({"name": name, "values": [None if v is None else float(v) for v in column]})
         else:
             labels = sorted({str(v) if v is not None else "n/a" for v in column})
             index = {label: i for i, label in enumerate(labels)}
