@@ -119,22 +119,29 @@ def accuracy(labels: np.ndarray, scores: np.ndarray, decided: np.ndarray) -> dic
 
 def inference_cost(model: Decider, X: np.ndarray, joint: int = 4, repeats: int = 3) -> dict[str, float]:
     """Microseconds of inference per I/O: one call per I/O, one call per batch of 1,024 I/Os, and
-    joint inference of ``joint`` I/Os per decision (one call per I/O group)."""
+    joint inference of ``joint`` I/Os per decision (one call per I/O group). A call per I/O is the
+    median of 500 calls after a warm-up: their mean swung 40x between runs (256 and 11,027 us), with
+    the first call's set-up and whatever else the machine did in it."""
     if sys.modules.get("torch") is not None:  # a storage server's admission runs on one core
         networks().one_thread()
     single = X[:500]
-    started = time.perf_counter()
-    for row in single:
-        model.scores(row[None])
-    single_us = (time.perf_counter() - started) / len(single) * 1e6
+    single_us = _median_call_us(model, single)
     batched = []
     for _ in range(repeats):
         started = time.perf_counter()
         for start in range(0, len(X), 1024):
             model.scores(X[start : start + 1024])
         batched.append((time.perf_counter() - started) / len(X) * 1e6)
-    started = time.perf_counter()
-    for row in single[::joint]:
-        model.scores(row[None])
-    joint_us = (time.perf_counter() - started) / len(single) * 1e6
+    joint_us = _median_call_us(model, single[::joint]) / joint  # one call decides ``joint`` I/Os
     return {"single_us_per_io": single_us, "batched_us_per_io": min(batched), f"joint{joint}_us_per_io": joint_us}
+
+
+def _median_call_us(model: Decider, rows: np.ndarray) -> float:
+    """The median microseconds of one call on one row, over ``rows``, after one call to warm up."""
+    model.scores(rows[:1])
+    times = []
+    for row in rows:
+        started = time.perf_counter()
+        model.scores(row[None])
+        times.append(time.perf_counter() - started)
+    return float(np.median(times)) * 1e6
