@@ -242,7 +242,10 @@ def tune(
         getattr(executor, "close", lambda: None)()
     _print_summary(summary, as_json, executor.describe(), db)
     if summary.state == "cancelled":  # over the REST API: its budget is not spent, a script must not go on
-        sys.exit(1)
+        sys.exit(EXIT_CANCELLED)
+
+
+EXIT_CANCELLED = 3  # not 1, a traceback's: "cancelled, resume me" is not "crashed"
 
 
 def _table_metric(metric: str | None, objective: str | None) -> str | None:

@@ -49,13 +49,15 @@ def database_url(db: str | None) -> str:
 
 def db_flag(db: str | None) -> str:
     """`` --db URL`` for a printed command, its password hidden; empty for the default history. A URL
-    from $STORETUNE_DATABASE_URL is named too: the variable may have been set for this command only."""
+    from $STORETUNE_DATABASE_URL is named too (the variable may have been set for this command only),
+    unless it holds a password: hidden, the command could not log in, and shown, it would be on screen
+    and in logs; the variable, still set, serves it."""
     from sqlalchemy.engine import make_url
 
-    url = database_url(db)
-    if db is None and url == default_database_url():
+    url = make_url(database_url(db))
+    if db is None and (url.render_as_string(hide_password=False) == default_database_url() or url.password):
         return ""
-    return f" --db {make_url(url).render_as_string(hide_password=True)}"
+    return f" --db {url.render_as_string(hide_password=True)}"
 
 
 def open_history(db: str | None, *, migrate: bool) -> History:

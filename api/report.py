@@ -142,7 +142,7 @@ def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> 
         missing = np.isnan(values)  # where a conditional parameter does not apply: at the foot, as n/a
         known = values[~missing]
         use_log = axis.get("log") and (known > 0).all()
-        shown = np.log10(np.where(missing, 1.0, values)) if use_log else values
+        shown = np.where(missing, np.nan, np.log10(np.where(missing, 1.0, values))) if use_log else values
         low, high = (float(np.nanmin(shown)), float(np.nanmax(shown))) if len(known) else (0.0, 1.0)
         width = high - low or 1.0
         foot, room = (0.12, 0.88) if missing.any() else (0.0, 1.0)
@@ -182,8 +182,9 @@ def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> 
 def _parcoords(par: dict[str, Any], metric: str, title: str) -> go.Figure:
     """plotly's own parallel coordinates (WebGL): select trials by dragging along an axis. Coloured by
     rank, as the lines are: the best bright."""
-    dims = [dict(label=d["name"], values=_at_foot(np.asarray(d["values"], dtype=float)),  # numpy: one array
-                 **({"tickvals": list(range(len(d["labels"]))), "ticktext": d["labels"]} if "labels" in d else {}))
+    dims = [dict(label=d["name"], **({"values": np.asarray(d["values"], dtype=float),  # numpy: one array
+                                       "tickvals": list(range(len(d["labels"]))), "ticktext": d["labels"]}
+                                      if "labels" in d else _at_foot(np.asarray(d["values"], dtype=float))))
             for d in par["dimensions"]]
     value = np.asarray(par["value"], dtype=float)
     dims.append(dict(label=metric, values=value))
@@ -194,13 +195,19 @@ def _parcoords(par: dict[str, Any], metric: str, title: str) -> go.Figure:
                                  template="none"))
 
 
-def _at_foot(values: np.ndarray) -> np.ndarray:
-    """Values where a parameter does not apply (NaN, which parcoords would not draw) below the others."""
+def _at_foot(values: np.ndarray) -> dict[str, Any]:
+    """A number axis's values and, if a parameter does not apply somewhere (NaN, which parcoords would not
+    draw), those placed below the others with a tick of their own, n/a, beside five of the values."""
     missing = np.isnan(values)
-    if not missing.any() or missing.all():
-        return np.where(missing, 0.0, values)
+    if not missing.any():
+        return {"values": values}
+    if missing.all():
+        return {"values": np.zeros(len(values)), "tickvals": [0.0], "ticktext": ["n/a"]}
     low, high = float(np.nanmin(values)), float(np.nanmax(values))
-    return np.where(missing, low - 0.1 * ((high - low) or 1.0), values)
+    foot = low - 0.1 * ((high - low) or 1.0)
+    marks = np.unique(values[~missing]) if len(np.unique(values[~missing])) <= 5 else np.linspace(low, high, 5)
+    return {"values": np.where(missing, foot, values), "tickvals": [foot, *marks.tolist()],
+            "ticktext": ["n/a", *(f"{m:.4g}" for m in marks)]}
 
 
 def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -231,7 +238,9 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                       layout=_layout("Median best-so-far over seeds", "evaluations", f"{metric} ({better} is better)",
                                      data["log_scale"])),
             "How good the configuration a typical seed reports as its best so far is: the table's mean of it, "
-            "not its best measurement, which on a noisy table is partly a lucky draw.")
+            "not its best measurement, which on a noisy table is partly a lucky draw." if data.get("best_so_far_of")
+            != "best value seen" else "The best value a typical seed has seen so far (its table could not be read "
+            "again: on a table with noisy repeats this flatters every algorithm).")
         figures["instant"] = _figure(
             go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
                                   name=label, line=dict(color=colour[label])) for label, a in algorithms.items()],

@@ -14,7 +14,7 @@ from api import render
 from api.common import DbOption, JsonOption, UserError, console, open_history
 from runners import make_runner
 from search_spaces import Config, format_config
-from tuner.analysis import campaign_best, held_out, table_rank
+from tuner.analysis import campaign_best, held_out, searched_means, table_rank
 
 
 def trials(
@@ -84,8 +84,7 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
         rank = table_rank(Config(top.config), means, record.objective_direction)
         result["table_rank"] = rank.to_dict() if rank else None
         if record.fixed:  # the campaign searched only the configurations with its pins: its rank among them too
-            searched = set(runner.space.fix(record.fixed).members)
-            pinned = table_rank(Config(top.config), {c: v for c, v in means.items() if c in searched},
+            pinned = table_rank(Config(top.config), searched_means(record, runner.space, means),
                                 record.objective_direction)
             result["pinned_rank"] = {**pinned.to_dict(), "fixed": record.fixed} if pinned else None
     if as_json:

@@ -84,7 +84,7 @@ def _detect(path: Path, text: str) -> str:
                 return "msr-csv" if not _is_number(fields[1]) else "flashnet"
             if len(line.split()) == 5:
                 return "msr"
-            raise TraceError(f"{path}: line 1: neither FlashNet (7 comma-separated columns) nor MSR "
+            raise TraceError(f"{path}: line {number}: neither FlashNet (7 comma-separated columns) nor MSR "
                              f"(5 space-separated columns): {line.strip()[:80]!r}")
     raise TraceError(f"{path}: the trace is empty")
 

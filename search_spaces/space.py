@@ -30,6 +30,17 @@ def _pin(p: Parameter, value: Value) -> Parameter:
     return replace(p, low=value, high=value, log=p.log and value > 0, default=value)
 
 
+def _refuse_idle_pins(parameters: Sequence[Parameter]) -> None:
+    """InvalidConfig for a pinned parameter whose condition the pins decide, and decide false: pinned
+    where it never applies (whichever was pinned first)."""
+    fixed = {p.name: p.default for p in parameters if _pinned_to(p, p.default)}
+    for p in parameters:
+        if p.name in fixed and p.when.referenced() <= fixed.keys() and not p.when.holds(fixed):
+            because = ", ".join(f"{r}={fixed[r]}" for r in sorted(p.when.referenced()))
+            raise InvalidConfig(f"{p.name}={fixed[p.name]} is pinned where it never applies: {p.name} does not "
+                                f"apply when {because}; it applies only when {p.when.describe()}", p.name)
+
+
 @dataclass(frozen=True)
 class Forbidden:
     """A combination the tools refuse, e.g. an inode larger than the block on ext4."""
@@ -109,8 +120,9 @@ class SearchSpace:
         # what is wrong with the values given is said before what is missing: a bad value, then a
         # forbidden combination of given values ("missing parameter 'fs'" hid both)
         given = {name: self[name].canonical(value) for name, value in config.items()}  # unknown names raise too
+        active = {name: value for name, value in given.items() if self[name].when.holds(given)}  # else: below
         for rule in self.forbidden:
-            if rule.condition.referenced() <= given.keys() and rule.condition.holds(given):
+            if rule.condition.referenced() <= active.keys() and rule.condition.holds(active):
                 raise InvalidConfig(f"forbidden combination: {rule.describe()}")
         out: dict[str, Value] = {}
         for p in self.parameters:
@@ -144,9 +156,11 @@ class SearchSpace:
     def hash(self, config: Mapping[str, Any]) -> str:
         return config_hash(config)
 
-    def fix(self, values: Mapping[str, Any]) -> SearchSpace:
+    def fix(self, values: Mapping[str, Any], *, strict: bool = False) -> SearchSpace:
         """The same space with some parameters pinned to one value each (``--fix replicas=3``).
-        The conditions stay: a pinned parameter still applies only where its ``when`` holds."""
+        The conditions stay: a pinned parameter still applies only where its ``when`` holds. ``strict``
+        (a new campaign's pins) also refuses a parameter pinned where the other pins leave it inactive;
+        a recorded campaign's pins are taken as they are, so that it still resumes and reports."""
         pinned = {name: self[name].canonical(value) for name, value in values.items()}
         # pinning a parameter again to its one value changes nothing, the description included (a campaign's
         # runner is pinned by its checks and again by its creation: twice-labelled, it could not be resumed)
@@ -154,12 +168,8 @@ class SearchSpace:
         if not pinned:
             return self
         parameters = [_pin(p, pinned[p.name]) if p.name in pinned else p for p in self.parameters]
-        fixed = {p.name: p.default for p in parameters if _pinned_to(p, p.default)}  # these pins and earlier ones
-        for p in parameters:
-            if p.name in pinned and p.when.referenced() <= fixed.keys() and not p.when.holds(fixed):
-                because = ", ".join(f"{r}={fixed[r]}" for r in sorted(p.when.referenced()))
-                raise InvalidConfig(f"{p.name}={pinned[p.name]} is pinned where it never applies: {p.name} does not "
-                                    f"apply when {because}; it applies only when {p.when.describe()}", p.name)
+        if strict:
+            _refuse_idle_pins(parameters)
         label = ", ".join(f"{k}={v}" for k, v in pinned.items())
         return SearchSpace(self.name, parameters, self.forbidden, f"{self.description} ({label} fixed)", self.start)
 

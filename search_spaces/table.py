@@ -17,7 +17,7 @@ import numpy as np
 
 from search_spaces.config import Config, Value
 from search_spaces.parameter import InvalidConfig, Kind, Parameter
-from search_spaces.space import SearchSpace
+from search_spaces.space import SearchSpace, _pinned_to
 
 NONE_CHOSEN = "none"  # the value of a one-hot group where no column is set
 
@@ -100,20 +100,23 @@ class TableSpace(SearchSpace):
                 out.append(c)
         return out
 
-    def fix(self, values: Mapping[str, Any]) -> TableSpace:
-        """The configurations of the table whose pinned parameters have the given values."""
+    def fix(self, values: Mapping[str, Any], *, strict: bool = False) -> TableSpace:
+        """The configurations of the table whose pinned parameters have the given values (``strict``: see
+        ``SearchSpace.fix``; here, a pinned column that no configuration left has)."""
         if not values:
             return self
         pinned = {name: self[name].canonical(value) for name, value in values.items()}
         members = [c for c in self.members if all(c.get(k, v) == v for k, v in pinned.items())]
         if not members:
             raise InvalidConfig(f"no configuration of {self.name} has {pinned}")
-        for name, value in pinned.items():  # a pin no configuration has would leave the others unpinned
-            if not any(name in c for c in members):
-                others = ", ".join(f"{k}={v}" for k, v in pinned.items() if k != name)
-                raise InvalidConfig(f"{name}={value} is pinned where it never applies: no configuration of "
-                                    f"{self.name}{f' with {others}' if others else ''} has {name}")
         narrowed = SearchSpace.fix(self, pinned)
+        if strict:  # every pin so far, this call's and earlier ones: a pin no configuration has pins nothing
+            fixed = {p.name: p.default for p in narrowed.parameters if _pinned_to(p, p.default)}
+            for name, value in fixed.items():
+                if not any(name in c for c in members):
+                    others = ", ".join(f"{k}={v}" for k, v in fixed.items() if k != name)
+                    raise InvalidConfig(f"{name}={value} is pinned where it never applies: no configuration of "
+                                        f"{self.name}{f' with {others}' if others else ''} has {name}")
         return TableSpace(self.name, narrowed.parameters, members, narrowed.description)
 
     def fingerprint(self) -> str:

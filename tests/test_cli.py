@@ -227,3 +227,18 @@ def test_the_command_listing_shows_each_summary_unbroken():
     assert "record every I/O's latency; say where the workload's fingerprint shifts (seed 004's change detection)." in listing
     admission = run_cli("admission", "--help", env={"COLUMNS": "250"}, check=True).stdout
     assert "inference, for pays, cutoff and period labels of the test (or validation) part." in admission
+
+
+def test_printed_commands_name_the_history_unless_it_is_the_default_or_holds_a_password(monkeypatch):
+    """A history from $STORETUNE_DATABASE_URL is named with --db (the variable may have been set for one
+    command), except a URL with a password: hidden it could not log in, shown it would be on screen."""
+    from api.common import db_flag
+    from api.settings import default_database_url
+
+    monkeypatch.delenv("STORETUNE_DATABASE_URL", raising=False)
+    assert db_flag(None) == "" and db_flag(default_database_url()) == f" --db {default_database_url()}"
+    monkeypatch.setenv("STORETUNE_DATABASE_URL", "sqlite:////srv/st/h.sqlite")
+    assert db_flag(None) == " --db sqlite:////srv/st/h.sqlite"
+    monkeypatch.setenv("STORETUNE_DATABASE_URL", "postgresql://tuner:s3cret@db.example/storetune")
+    assert db_flag(None) == ""
+    assert db_flag("postgresql://tuner:s3cret@db.example/storetune") == " --db postgresql://tuner:***@db.example/storetune"

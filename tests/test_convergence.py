@@ -75,7 +75,7 @@ def test_a_conditional_real_parameter_is_a_number_axis_with_n_a_apart_and_shown_
     arithmetic (0.45500000000000007) showed in every table."""
     from types import SimpleNamespace
 
-    from api.report import _parallel_lines
+    from api.report import _parallel_lines, _parcoords
     from search_spaces import format_config
     from tuner.importance import common_values
     from tuner.report import _parallel
@@ -89,6 +89,8 @@ def test_a_conditional_real_parameter_is_a_number_axis_with_n_a_apart_and_shown_
     par = _parallel(trials, ["model_kind", "decision_threshold"], 0, "min")
     text = _parallel_lines(par, "latency", False, "t").data[-1].text  # the axes' tick labels
     assert "n/a" in text and "0.45" in text and len(text) < 20
+    webgl = _parcoords(par, "latency", "t").data[0].dimensions[1]  # the interactive view: n/a has its tick
+    assert webgl.ticktext[0] == "n/a" and webgl.tickvals[0] < min(v for v in threshold["values"] if v is not None)
     assert format_config({"decision_threshold": 0.1 + 0.35 + 0.005}) == "decision_threshold=0.455"
     assert 0.1 + 0.35 + 0.005 != 0.455  # the value the table showed before
     rows = common_values([t.config for t in trials[:1]], [t.config for t in trials], ["decision_threshold"])

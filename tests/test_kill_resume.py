@@ -166,8 +166,8 @@ def test_ctrl_c_during_compare_says_what_is_kept(tmp_path: Path, bdbc):
 
 def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path):
     """A `storetune tune` whose campaign is cancelled through the history (as POST /campaigns/{id}/cancel
-    does) ends with the command that finishes it, as Ctrl-C does, and exits 1, not 0: its budget is not
-    spent. The history comes from $STORETUNE_DATABASE_URL, set for this command only, so the printed
+    does) ends with the command that finishes it, as Ctrl-C does, and exits 3, not 0: its budget is not
+    spent (nor 1, a traceback's). The history comes from $STORETUNE_DATABASE_URL, set for this command only, so the printed
     command must name it (it used to leave --db out and point at the default history)."""
     from tuner import History
 
@@ -183,5 +183,5 @@ def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path):
         time.sleep(0.05)
     assert History(db).transition(1, ["running"], cancel_requested=True)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 1, stderr
+    assert proc.returncode == 3, stderr
     assert f"cancelled before its budget; its trials are kept. Finish it with: storetune tune --resume 1 --db {db}" in stdout

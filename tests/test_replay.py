@@ -96,8 +96,8 @@ def test_a_replay_that_could_not_report_is_refused_before_it_starts(tmp_path, ar
     trace = tmp_path / "ok.trace"
     trace.write_text("".join(f"{i * 0.5:.3f} 0 {i * 4096} 4096 1\n" for i in range(100)))
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    proc = run_cli("replay", "--trace", str(trace), "--out", str(tmp_path / "o.csv"), "--loop-dir",
-                   str(tmp_path / "loops"), *args)
+    out = [] if "--out" in args else ["--out", str(tmp_path / "o.csv")]
+    proc = run_cli("replay", "--trace", str(trace), *out, "--loop-dir", str(tmp_path / "loops"), *args)
     assert proc.returncode == 2 and proc.stderr.strip() == message.replace("{tmp}", str(tmp_path))
     assert not (tmp_path / "loops").exists()  # no device was set up
 

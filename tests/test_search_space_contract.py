@@ -187,18 +187,28 @@ def test_pinning_again_what_is_pinned_changes_nothing(space):
 def test_a_pin_where_its_parameter_never_applies_is_refused():
     """`--fix model_kind=regressor --fix decision_threshold=0.3` was accepted and shown as pinned, though the
     threshold never applies to a regressor (`check` refused the same pair); on a table, `--fix fs=ext4 --fix
-    xfs_agcount=4` kept every ext4 configuration, none of which has an allocation-group count."""
+    xfs_agcount=4` kept every ext4 configuration, none of which has an allocation-group count. A new
+    campaign's pins are strict, in either order; a recorded campaign's are taken as they were."""
     admission = load_space("admission")
     with pytest.raises(InvalidConfig, match="decision_threshold=0.3 is pinned where it never applies: "
                                             "decision_threshold does not apply when model_kind=regressor"):
-        admission.fix({"model_kind": "regressor", "decision_threshold": 0.3})
-    with pytest.raises(InvalidConfig, match="pinned where it never applies"):  # pinned in two steps
-        admission.fix({"model_kind": "regressor"}).fix({"decision_threshold": 0.3})
-    assert admission.fix({"decision_threshold": 0.3}).fix({"model_kind": "classifier"})  # applies: kept
+        admission.fix({"model_kind": "regressor", "decision_threshold": 0.3}, strict=True)
+    for first, then in (({"model_kind": "regressor"}, {"decision_threshold": 0.3}),
+                        ({"decision_threshold": 0.3}, {"model_kind": "regressor"})):  # pinned in two steps
+        with pytest.raises(InvalidConfig, match="decision_threshold=0.3 is pinned where it never applies"):
+            admission.fix(first).fix(then, strict=True)
+    assert admission.fix({"decision_threshold": 0.3}).fix({"model_kind": "classifier"}, strict=True)  # applies
+    recorded = admission.fix({"model_kind": "regressor", "decision_threshold": 0.3})  # an old campaign's pins
+    assert recorded["model_kind"].values == ("regressor",) and recorded["decision_threshold"].low == 0.3
     from pathlib import Path
 
     table = load_table(Path(__file__).resolve().parents[1] / "datasets" / "loop-storage-v3", {"workload": "fileserver"}).space
-    with pytest.raises(InvalidConfig, match="xfs_agcount=4 is pinned where it never applies: no configuration of "
-                                            r"[\w-]+ with fs=ext4 has xfs_agcount"):
-        table.fix({"fs": "ext4", "xfs_agcount": 4})
-    assert {c["xfs_agcount"] for c in table.fix({"fs": "xfs", "xfs_agcount": 4}).members} == {4}
+    for pins in ([{"fs": "ext4", "xfs_agcount": 4}], [{"xfs_agcount": 4}, {"fs": "ext4"}]):
+        with pytest.raises(InvalidConfig, match="xfs_agcount=4 is pinned where it never applies: no configuration "
+                                                r"of [\w-]+ with fs=ext4 has xfs_agcount"):
+            space = table
+            for p in pins[:-1]:
+                space = space.fix(p)
+            space.fix(pins[-1], strict=True)
+    assert table.fix({"fs": "ext4", "xfs_agcount": 4}).members  # lenient: as a recorded campaign was pinned
+    assert {c["xfs_agcount"] for c in table.fix({"fs": "xfs", "xfs_agcount": 4}, strict=True).members} == {4}

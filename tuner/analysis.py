@@ -138,6 +138,15 @@ def pins(record: CampaignView) -> dict[str, Any]:
     return {**context, **(record.fixed or {})}
 
 
+def searched_means(record: CampaignView, space: Any, means: Mapping[Any, float]) -> dict[Any, float]:
+    """The table means of the configurations a campaign searched: those with its ``--fix`` pins (``space``
+    is its table's, unpinned), or every one."""
+    if not record.fixed:
+        return dict(means)
+    searched = set(space.fix(record.fixed).members)
+    return {c: v for c, v in means.items() if c in searched}
+
+
 @dataclass(frozen=True)
 class TableRank:
     """Where a configuration stands in an exhaustive table, by the table's mean per configuration."""

@@ -262,7 +262,8 @@ class BayesianOptimization(Tuner):
         while len(out) < limit and drawn < 3 * limit:
             wanted = min(limit - len(out), 3 * limit - drawn)
             batch = self.space.sample_many(self.rng, wanted)
-            # a batch whose every row is forbidden counts as drawn (it used to end the draw, however few it was)
+            # valid draws are counted, and a batch forbidden whole as its size (it used to end the draw,
+            # however few it was): the loop ends after at most 3 * limit batches
             drawn += len(batch) or wanted
             for c in batch:
                 if c not in seen and not self.known(c):

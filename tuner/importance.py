@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from search_spaces import format_value
-from tuner.analysis import json_safe
+from tuner.analysis import json_safe, searched_means
 
 NA = "n/a"  # the level of a parameter inactive under its condition
 MAX_LEVELS = 12  # more distinct values than this: a numeric (linear) term, not one-hot
@@ -183,10 +183,8 @@ def of_campaign(history: Any, campaign_id: int, *, seed: int = 0) -> dict[str, A
         from runners import make_runner
 
         runner = make_runner("dataset", record.runner_settings)
-        means = runner.table.means(record.objective_metric)
-        if record.fixed:  # the truth of what the campaign searched: the configurations with its pins
-            searched = set(runner.space.fix(record.fixed).members)
-            means = {c: v for c, v in means.items() if c in searched}
+        # the truth of what the campaign searched: with --fix, the configurations with its pins
+        means = searched_means(record, runner.space, runner.table.means(record.objective_metric))
         truth = importance(list(means), list(means.values()), names, seed=seed)
         out["table"] = {
             "configurations": len(means), "fixed": record.fixed or {}, "ranking": truth.ranking(),

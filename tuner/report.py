@@ -116,6 +116,9 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
                                                      "best_mean_at_budget")}
                        for label, a in algorithms.items()},
         "best_so_far": best_so_far,
+        # what the curve is of: each seed's reported configuration at its table mean, or (the table gone) its
+        # best value seen
+        "best_so_far_of": "table mean" if means is not None else "best value seen",
         "log_scale": _spans_decades([v for c in best_so_far.values() for v in c if v is not None]),
         "empty": None if results else f"the comparison is {record.state}: its results come when every seed has run",
     }
