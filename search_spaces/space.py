@@ -117,13 +117,26 @@ class SearchSpace:
 
         With ``fill_defaults``, active parameters that are missing take their defaults.
         """
-        # what is wrong with the values given is said before what is missing: a bad value, then a
-        # forbidden combination of given values ("missing parameter 'fs'" hid both)
-        given = {name: self[name].canonical(value) for name, value in config.items()}  # unknown names raise too
-        active = {name: value for name, value in given.items() if self[name].when.holds(given)}  # else: below
+        try:
+            return self._validated(config, fill_defaults)
+        except InvalidConfig:
+            # what is wrong with the values given is said before what is missing ("missing parameter 'fs'"
+            # hid a bad value and a forbidden combination); looked for only on failure: validate is hot
+            self._refuse_given(config)
+            raise
+
+    def _refuse_given(self, config: Mapping[str, Any]) -> None:
+        """InvalidConfig for the first wrong thing in the values given alone: an unknown name or a bad value
+        (in the order given), then a forbidden combination of the values that apply."""
+        given = {name: self[name].canonical(value) for name, value in config.items()}
+        active = {name: value for name, value in given.items() if self[name].when.holds(given)}
         for rule in self.forbidden:
             if rule.condition.referenced() <= active.keys() and rule.condition.holds(active):
                 raise InvalidConfig(f"forbidden combination: {rule.describe()}")
+
+    def _validated(self, config: Mapping[str, Any], fill_defaults: bool) -> Config:
+        for name in config:
+            self[name]  # raises on an unknown parameter
         out: dict[str, Value] = {}
         for p in self.parameters:
             if not p.when.holds(out):
@@ -134,12 +147,12 @@ class SearchSpace:
                     )
                 continue
             if p.name in config:
-                out[p.name] = given[p.name]
+                out[p.name] = p.canonical(config[p.name])
             elif fill_defaults:
                 out[p.name] = p.default
             else:
                 raise InvalidConfig(f"missing parameter {p.name!r}; allowed: {p.describe_domain()}", p.name)
-        for rule in self.forbidden:  # again, with the defaults filled in
+        for rule in self.forbidden:
             if rule.condition.holds(out):
                 raise InvalidConfig(f"forbidden combination: {rule.describe()}")
         return Config(out)

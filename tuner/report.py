@@ -88,11 +88,13 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
     for label, campaigns in seeds.items():
         curves = []
         for campaign_id in campaigns:
-            conv = convergence(history.outcomes(campaign_id), direction)
             if means is None:  # the table is gone: the best values seen
-                curve = conv.best
-            else:
-                configs = {t.number: t.config for t in history.trials(campaign_id)}
+                curve = convergence(history.outcomes(campaign_id), direction).best
+            else:  # the trials, read once: their outcomes for the curve, their configurations for the means
+                trials = history.trials(campaign_id)
+                configs = {t.number: t.config for t in trials}
+                conv = convergence([(t.number, t.status, t.value, t.started_at, t.finished_at) for t in trials],
+                                   direction)
                 curve = [None if n is None else means.get(Config(configs[n])) for n in _best_trials(conv)]
             curves.append([math.nan if v is None else v for v in curve])
         if curves:

@@ -53,9 +53,14 @@ def check_url(url: str) -> Any:
         if not folder.is_dir():
             raise ValueError(
                 f"{parsed.render_as_string()} names {parsed.database} relative to the current directory "
-                f"({Path.cwd()}), which has no folder {folder}: for the absolute path /{parsed.database} write "
-                f"four slashes, sqlite:////{parsed.database}, or create the folder first")
+                f"({Path.cwd()}), which has no folder {folder}: {_four_slashes(parsed.database)}, or create the "
+                "folder first")
     return parsed
+
+
+def _four_slashes(database: str) -> str:
+    """The hint for a relative SQLite path that was meant to be absolute."""
+    return f"for the absolute path /{database} write four slashes, sqlite:////{database}"
 
 
 def make_engine(url: str) -> Engine:
@@ -169,7 +174,7 @@ def refuse_a_missing_file(url: str) -> None:
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).expanduser().exists():
             relative = "" if parsed.database.startswith(("/", "~")) else (
-                f" {parsed.database} is relative to the current directory, {Path.cwd()}: for /{parsed.database} "
-                f"write four slashes, sqlite:////{parsed.database}")
+                f" {parsed.database} is relative to the current directory, {Path.cwd()}: "
+                f"{_four_slashes(parsed.database)}")
             raise SchemaError(f"no history at {url}: the file does not exist (a campaign creates it; "
                               f"is --db or STORETUNE_DATABASE_URL the one you meant?{relative})")
