@@ -146,7 +146,9 @@ def importance_table(result: dict) -> Table:
             else f"slope {strongest['estimate']:+.4g}")
         table.add_row(escape(p["name"]), f"{p['anova_share']:.3f}", _fmt(p["anova_p"], ".2g"),
                       f"{p['forest_share']:.3f}", escape(effect))
-    if result.get("table"):
+    if (result.get("table") or {}).get("error"):
+        table.caption = result["table"]["error"]
+    elif result.get("table"):
         t = result["table"]
         fixed = t.get("fixed") or {}
         where = (f"on the table's {t['configurations']} configurations with "

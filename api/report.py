@@ -240,7 +240,7 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "How good the configuration a typical seed reports as its best so far is: the table's mean of it, "
             "not its best measurement, which on a noisy table is partly a lucky draw." if data.get("best_so_far_of")
             != "best value seen" else "The best value a typical seed has seen so far (its table could not be read "
-            "again: on a table with noisy repeats this flatters every algorithm).")
+            "again, or has changed since: on a table with noisy repeats this flatters every algorithm).")
         figures["instant"] = _figure(
             go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
                                   name=label, line=dict(color=colour[label])) for label, a in algorithms.items()],

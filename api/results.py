@@ -9,12 +9,12 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from api import render
 from api.common import DbOption, JsonOption, UserError, console, open_history
-from runners import make_runner
 from search_spaces import Config, format_config
-from tuner.analysis import campaign_best, held_out, searched_means, table_rank
+from tuner.analysis import TableGone, campaign_best, held_out, replayed_table, searched_means, table_digest, table_rank
 
 
 def trials(
@@ -77,9 +77,14 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
         "repeats": [m.metrics.get(record.objective_metric) for m in top.measurements],
         "test_value": held_out(top, record.objective_metric),
     }
-    rank = pinned = None
-    if record.runner == "dataset":  # a replayed table knows the ground truth
-        runner = make_runner(record.runner, record.runner_settings)
+    rank = pinned = gone = None
+    try:  # a replayed table knows the ground truth, if it is still the table replayed
+        runner = replayed_table(record.runner_settings, [table_digest(record)]) if record.runner == "dataset" else None
+    except TableGone as e:
+        runner, gone = None, f"not ranked in the table: {e}"
+        result["table_rank"] = None
+        result["table_error"] = gone
+    if runner is not None:
         means = runner.table.means(record.objective_metric)
         rank = table_rank(Config(top.config), means, record.objective_direction)
         result["table_rank"] = rank.to_dict() if rank else None
@@ -100,6 +105,8 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
             f"in the table: mean {rank.mean:.6g}, rank {rank.rank} of {rank.configurations} "
             f"(the table's best mean is {rank.table_best:.6g})"
         )
+    if gone is not None:
+        console.print(f"[dim]{escape(gone)}[/]")
     if pinned is not None:
         pins = ", ".join(f"{k}={v}" for k, v in record.fixed.items())
         console.print(f"among the table's {pinned.configurations} configurations with the campaign's pins ({pins}): "

@@ -242,3 +242,27 @@ def test_printed_commands_name_the_history_unless_it_is_the_default_or_holds_a_p
     monkeypatch.setenv("STORETUNE_DATABASE_URL", "postgresql://tuner:s3cret@db.example/storetune")
     assert db_flag(None) == ""
     assert db_flag("postgresql://tuner:s3cret@db.example/storetune") == " --db postgresql://tuner:***@db.example/storetune"
+
+
+def test_best_and_importance_of_a_campaign_whose_table_changed_or_moved(sqlite_url, bdbc, tmp_path):
+    """A table edited in place ranked the campaign's best against other measurements ("mean 1, rank 1"),
+    and a table moved away made `best` fail outright: the campaign's own results are still shown, and
+    what the table would have told is refused with the reason."""
+    table = tmp_path / "bdbc.csv"
+    table.write_bytes(Path(bdbc).read_bytes())
+    campaign = str(last_json(run_cli("tune", "--dataset", str(table), "--budget", "30", "--seed", "1", "--json",
+                                     db=sqlite_url, check=True).stdout)["campaign"])
+    before = last_json(run_cli("best", campaign, "--json", db=sqlite_url, check=True).stdout)
+    assert before["table_rank"]["configurations"] == 2560 and "table_error" not in before
+    lines = table.read_text().splitlines()
+    table.write_text("\n".join([lines[0]] + [r.rsplit(",", 1)[0] + ",1.0" for r in lines[1:]]) + "\n")
+    for gone in ("has changed since it was replayed", "can no longer be read"):
+        best = last_json(run_cli("best", campaign, "--json", db=sqlite_url, check=True).stdout)
+        assert best["value"] == before["value"] and best["config"] == before["config"]
+        assert best["table_rank"] is None and gone in best["table_error"]
+        assert gone in " ".join(run_cli("best", campaign, db=sqlite_url, check=True).stdout.split())
+        result = json.loads(run_cli("importance", campaign, "--json", db=sqlite_url, check=True).stdout)
+        assert result["trials"] == 30 and gone in result["table"]["error"]
+        assert gone in " ".join(run_cli("importance", campaign, db=sqlite_url, check=True).stdout.split())
+        if table.exists():
+            table.rename(tmp_path / "moved.csv")

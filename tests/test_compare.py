@@ -240,3 +240,9 @@ def test_the_best_so_far_curve_is_the_tables_mean_of_each_seeds_reported_best(sq
     assert all(v >= table_best - 1e-9 for v in curve if v is not None)  # no seed beats the table's best
     best_means = result["algorithms"]["random"]["best_mean_at_budget"]
     assert curve[-1] == pytest.approx(float(np.median(best_means)))
+    assert data["best_so_far_of"] == "table mean"
+    # the table edited in place (its rows re-measured): the seeds' configurations are no longer judged by it
+    path.write_text("\n".join([rows[0]] + [r.rsplit(",", 1)[0] + ",1.0" for r in rows[1:]]) + "\n")
+    changed = comparison_data(history, result["comparison"])
+    assert changed["best_so_far_of"] == "best value seen"
+    assert changed["best_so_far"]["random"][-1] < table_best  # the best values seen, not the new table's 1.0

@@ -138,6 +138,33 @@ def pins(record: CampaignView) -> dict[str, Any]:
     return {**context, **(record.fixed or {})}
 
 
+class TableGone(ValueError):
+    """A replayed table that can no longer tell the truth about what was replayed: moved, or changed since."""
+
+
+def replayed_table(runner_settings: Mapping[str, Any], digests: Sequence[str | None]) -> Any:
+    """The dataset runner of a table replayed before, opened again to judge what its campaigns found.
+    TableGone when it can no longer be read (moved, deleted) or is not the table they replayed: its
+    digest differs from every one their campaigns recorded (edited in place since), so that its means
+    would rank their configurations against other measurements."""
+    from runners import make_runner
+
+    try:
+        runner = make_runner("dataset", dict(runner_settings))
+    except (OSError, ValueError) as e:
+        raise TableGone(f"its table can no longer be read: {e}") from None
+    recorded = {d for d in digests if d}
+    if recorded and runner.table.sha256 not in recorded:
+        raise TableGone(f"its table {runner.table.name} has changed since it was replayed (digest "
+                        f"{runner.table.sha256}, recorded {', '.join(sorted(recorded))})")
+    return runner
+
+
+def table_digest(record: CampaignView) -> str | None:
+    """The digest of the table a dataset campaign replayed, as it recorded it (None before it did)."""
+    return (record.workload or {}).get("params", {}).get("sha256")
+
+
 def searched_means(record: CampaignView, space: Any, means: Mapping[Any, float]) -> dict[Any, float]:
     """The table means of the configurations a campaign searched: those with its ``--fix`` pins (``space``
     is its table's, unpinned), or every one."""

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from search_spaces import format_value
-from tuner.analysis import json_safe, searched_means
+from tuner.analysis import TableGone, json_safe, replayed_table, searched_means, table_digest
 
 NA = "n/a"  # the level of a parameter inactive under its condition
 MAX_LEVELS = 12  # more distinct values than this: a numeric (linear) term, not one-hot
@@ -180,9 +180,11 @@ def of_campaign(history: Any, campaign_id: int, *, seed: int = 0) -> dict[str, A
                                                                   "direction": record.objective_direction},
                            **result.to_dict()}
     if record.runner == "dataset":
-        from runners import make_runner
-
-        runner = make_runner("dataset", record.runner_settings)
+        try:
+            runner = replayed_table(record.runner_settings, [table_digest(record)])
+        except TableGone as e:  # the campaign's own analysis stands; only the truth to compare it with is gone
+            out["table"] = {"error": f"not compared with the table: {e}"}
+            return out
         # the truth of what the campaign searched: with --fix, the configurations with its pins
         means = searched_means(record, runner.space, runner.table.means(record.objective_metric))
         truth = importance(list(means), list(means.values()), names, seed=seed)

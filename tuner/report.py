@@ -19,9 +19,11 @@ from runners import Status
 from search_spaces import Config
 from search_spaces.status import best_of, loss, within_of_best
 from tuner.analysis import (
-    campaign_best, campaign_convergence, convergence, evaluations, held_out, near_optimal_trials,
+    TableGone, campaign_best, campaign_convergence, convergence, evaluations, held_out, near_optimal_trials,
+    replayed_table, table_digest,
 )
 from tuner.history import History
+from tuner.views import CampaignView
 
 PARALLEL_LINES = 1000  # lines of the parallel-coordinates plot at most: beyond, a seeded sample
 INSTANT_POINTS = 1000  # evaluations drawn one point each at most: beyond, bins of consecutive evaluations
@@ -83,8 +85,9 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
     best_so_far: dict[str, list[float | None]] = {}
     # seeds stopped at their first near-optimal configuration have no best beyond it: no curve
     stopped = record.settings.get("stop_at_near_optimal", False)
-    seeds = {} if stopped else _seed_campaigns(history, comparison_id)
-    means = _table_means(record.runner_settings, objective.get("metric")) if seeds else None
+    campaigns = [] if stopped else history.comparison_campaigns(comparison_id)
+    seeds = _seed_campaigns(campaigns)
+    means = _table_means(record.runner_settings, objective.get("metric"), campaigns) if seeds else None
     for label, campaigns in seeds.items():
         curves = []
         for campaign_id in campaigns:
@@ -127,15 +130,15 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def _table_means(runner_settings: dict[str, Any], metric: str | None) -> dict[Config, float] | None:
+def _table_means(runner_settings: dict[str, Any], metric: str | None,
+                 campaigns: list[CampaignView]) -> dict[Config, float] | None:
     """The comparison's table: each configuration's mean, the truth its seeds are judged by; None if the
-    table can no longer be read (moved, changed)."""
-    from runners import make_runner
-
+    table can no longer be read or has changed since the seeds replayed it."""
     try:
-        return make_runner("dataset", runner_settings).table.means(metric)
-    except (OSError, ValueError):
+        runner = replayed_table(runner_settings, [table_digest(c) for c in campaigns])
+    except TableGone:
         return None
+    return runner.table.means(metric)
 
 
 def _best_trials(conv: Any) -> list[int | None]:
@@ -152,9 +155,9 @@ def _best_trials(conv: Any) -> list[int | None]:
     return out
 
 
-def _seed_campaigns(history: History, comparison_id: int) -> dict[str, list[int]]:
+def _seed_campaigns(campaigns: list[CampaignView]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
-    for c in history.comparison_campaigns(comparison_id):
+    for c in campaigns:
         params = dict(c.algorithm_params)
         label = c.algorithm if not params else f"{c.algorithm}[{','.join(f'{k}={v}' for k, v in params.items())}]"
         out.setdefault(label, []).append(c.id)
