@@ -36,6 +36,7 @@ from api.common import (
     err,
     executor_for,
     open_history,
+    shown_url,
     pairs,
     runner_settings,
     show_dry_run,
@@ -313,7 +314,7 @@ def serve(
     if os.environ.get("RAY_ADDRESS"):
         err.print("RAY_ADDRESS is set, but the service's campaigns run in this machine's worker processes (the "
                   "Ray executor is for storetune tune and compare)")
-    err.print(f"StoreTune service on http://{host}:{port} (OpenAPI: /docs), history {settings.database_url}, "
+    err.print(f"StoreTune service on http://{host}:{port} (OpenAPI: /docs), history {shown_url(settings.database_url)}, "
               f"{settings.max_campaigns} campaigns at once, token {'required' if settings.token else 'not set'}")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
 

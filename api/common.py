@@ -47,17 +47,31 @@ def database_url(db: str | None) -> str:
     return db or Settings().database_url
 
 
+_SLOT = "storetunepasswordslot"  # letters only: the URL keeps it as it is
+
+
 def db_flag(db: str | None) -> str:
-    """`` --db URL`` for a printed command, its password hidden; empty for the default history. A URL
-    from $STORETUNE_DATABASE_URL is named too (the variable may have been set for this command only),
-    unless it holds a password: hidden, the command could not log in, and shown, it would be on screen
-    and in logs; the variable, still set, serves it."""
+    """`` --db URL`` for a printed command; empty for the default history. A URL from
+    $STORETUNE_DATABASE_URL is named too (the variable may have been set for this command only), unless it
+    holds a password: the variable, still set, serves it. A password given with ``--db`` is not printed (it
+    would be on screen and in logs) but written ``<password>``, quoted, where the user puts it back:
+    ``***`` read as the password itself and failed to log in."""
     from sqlalchemy.engine import make_url
 
     url = make_url(database_url(db))
     if db is None and (url.render_as_string(hide_password=False) == default_database_url() or url.password):
         return ""
-    return f" --db {url.render_as_string(hide_password=True)}"
+    if url.password:
+        shown = url.set(password=_SLOT).render_as_string(hide_password=False).replace(_SLOT, "<password>")
+        return f" --db '{shown}'"
+    return f" --db {url.render_as_string(hide_password=False)}"
+
+
+def shown_url(url: str) -> str:
+    """A history URL to print: its password, if any, as ``***``."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def open_history(db: str | None, *, migrate: bool) -> History:

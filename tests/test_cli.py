@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SHARED, run_cli, shared
+from conftest import ROOT, SHARED, STORETUNE, run_cli, shared
 from tuner import History
 
 SUMMARY_KEYS = {"campaign", "algorithm", "seed", "trials_by_status", "best_config", "best_value", "objective"}
@@ -241,7 +241,37 @@ def test_printed_commands_name_the_history_unless_it_is_the_default_or_holds_a_p
     assert db_flag(None) == " --db sqlite:////srv/st/h.sqlite"
     monkeypatch.setenv("STORETUNE_DATABASE_URL", "postgresql://tuner:s3cret@db.example/storetune")
     assert db_flag(None) == ""
-    assert db_flag("postgresql://tuner:s3cret@db.example/storetune") == " --db postgresql://tuner:***@db.example/storetune"
+    # a password given with --db: a placeholder where the user puts it back (`***` was taken as the password)
+    assert db_flag("postgresql://tuner:s3cret@db.example/storetune") == " --db 'postgresql://tuner:<password>@db.example/storetune'"
+
+
+@pytest.mark.postgres
+def test_the_services_banner_hides_the_historys_password(postgres_url):
+    """`storetune serve` printed its history URL in clear on its first line, which docker-compose keeps in
+    the container's logs. (The test server trusts local connections, so any password logs in.)"""
+    import socket
+    import subprocess
+
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_url).set(password="s3cret-pw").render_as_string(hide_password=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("STORETUNE_TOKEN", None)
+    service = subprocess.Popen([*STORETUNE, "serve", "--host", "127.0.0.1", "--port", str(port), "--db", url,
+                                "--log-level", "warning"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = ""
+        while "token" not in banner:  # the banner's last word (rich wraps it)
+            line = service.stderr.readline()
+            assert line, f"serve exited ({service.wait()}): {banner}"
+            banner += line
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+    assert "s3cret-pw" not in banner and ":***@" in "".join(banner.split())
 
 
 def test_best_and_importance_of_a_campaign_whose_table_changed_or_moved(sqlite_url, bdbc, tmp_path):

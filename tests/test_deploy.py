@@ -315,3 +315,22 @@ def test_dockerignore_keeps_local_state_out_but_not_the_build_inputs():
     # pip install '.[rl]' reads these (pyproject: readme, license-files).
     for kept in ("pyproject.toml", "README.md", "LICENSE", "api", "tuner", "runners", "search_spaces"):
         assert kept not in patterns, kept
+
+
+def test_every_file_the_packages_read_is_installed_with_them():
+    """The image installs the project with pip, which copies a package's .py files and only the other files
+    package-data names: the trace replayer's C source was left behind, and replaying a trace in the
+    container failed with FileNotFoundError."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = config["packages"]["find"]["include"] if "find" in config.get("packages", {}) else config["packages"]
+    tops = {p.split(".")[0].rstrip("*") for p in packages}
+    data = config.get("package-data", {})
+    tracked = subprocess.run(["git", "ls-files", *sorted(tops)], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked, "git ls-files found no file of the packages"
+    left = [f for f in tracked if not f.endswith(".py")
+            and not any(fnmatch(f.split("/", 1)[1], g) for g in data.get(f.split("/", 1)[0], []))]
+    assert not left, f"not in [tool.setuptools.package-data]: {left}"
