@@ -89,6 +89,31 @@ def test_bad_ray_input_is_one_line_and_no_hang(sqlite_url, bdbc):
     assert history.campaigns() == [] and history.comparisons() == []
 
 
+def test_a_port_that_answers_but_is_no_ray_head_is_one_line_in_seconds(sqlite_url, bdbc):
+    """RAY_ADDRESS at another service's port (PostgreSQL's, the REST service's) made Ray retry for minutes:
+    a listener that says nothing, and one that answers HTTP/1.1, are each refused at once."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    web = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        for port in (silent.getsockname()[1], web.server_address[1]):
+            started = time.monotonic()
+            out = run_cli("tune", "--dataset", str(bdbc), "--budget", "3", db=sqlite_url,
+                          env={"RAY_ADDRESS": f"127.0.0.1:{port}"}, timeout=120)
+            assert out.returncode == 2 and time.monotonic() - started < 45, out.stderr[-500:]
+            assert out.stderr.count("\n") == 1 and "answers, but not as a Ray head" in out.stderr
+    finally:
+        web.shutdown()
+        silent.close()
+    assert History(sqlite_url).campaigns() == []
+
+
 class Cluster:
     """A head and a worker node as separate `ray start` processes on 127.0.0.1, in a temp dir of their own."""
 
