@@ -221,14 +221,15 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     palette = qualitative.Plotly
     labels = dict.fromkeys([*algorithms, *data["best_so_far"]])
     colour = {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+    # the share of seeds that have found one by each evaluation: a step at each seed's first find
     traces = [go.Scatter(x=list(range(1, len(a["success_at"]) + 1)), y=a["success_at"], mode="lines", name=label,
-                         line=dict(color=colour[label])) for label, a in algorithms.items()]
+                         line=dict(color=colour[label], shape="hv")) for label, a in algorithms.items()]
     if data["random_exact"]:
         traces.append(go.Scatter(x=list(range(1, len(data["random_exact"]) + 1)), y=data["random_exact"],
                                  mode="lines", name="random search, exact", line=dict(dash="dash", color="black")))
     within = data["settings"].get("within", 0.99)
     figures["success"] = _figure(
-        go.Figure(traces, layout=_layout(f"Success rate: a configuration within {within:g} of the best found",
+        go.Figure(traces, layout=_layout(f"Success rate: a configuration within {within:g} of the table's best mean",
                                          "evaluations", "share of seeds", yaxis_range=[0, 1.02])),
         "Higher and further left is better; the dashed line is what random search achieves, computed exactly.")
     if not data["settings"].get("stop_at_near_optimal"):  # a stopped seed has no k-th value, nor a best at every k
@@ -314,10 +315,14 @@ def comparison_tables(data: dict[str, Any]) -> str:
     if data["empty"]:
         out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')
     if data["algorithms"]:
+        budget = s.get("budget")
         out.append('<table class="summary"><tr><th>algorithm</th><th>median evaluations to near-optimal</th>'
-                   "<th>success at budget</th><th>best mean at budget</th></tr>")
+                   "<th>seeds that found none</th><th>success at budget</th><th>best mean at budget</th></tr>")
         for label, a in data["algorithms"].items():
-            out.append(f"<tr><td>{e(label)}</td><td>{_fmt(a['median_evals_to_near_optimal'])}</td>"
+            median = a["median_evals_to_near_optimal"]
+            # a seed that never got there counts as budget + 1: a median beyond the budget is "more than it"
+            shown = f"more than {budget}" if median is not None and budget is not None and median > budget else _fmt(median)
+            out.append(f"<tr><td>{e(label)}</td><td>{shown}</td><td>{_fmt(a.get('censored'))}</td>"
                        f"<td>{_fmt(a['success_at_budget'])}</td><td>{_fmt(a['best_mean_at_budget'])}</td></tr>")
         out.append("</table>")
     return "\n".join(out)
@@ -393,9 +398,11 @@ def page(data: dict[str, Any], *, plotly_src: str | None = None, live: str | Non
     report = {"figures": body["figures"], "state": data["state"], "live": live}
     script = f'<script src="{html.escape(plotly_src)}"></script>' if plotly_src else f"<script>{get_plotlyjs()}</script>"
     title = html.escape(data["title"])
+    # a finished campaign's page no longer polls: it said "live" all the same
+    live_note = f"live: refreshes while the {data['kind']} runs" if live and data["state"] in ("queued", "running") else ""
     return (f"<!doctype html><html><head><meta charset='utf-8'><link rel='icon' href='data:,'><title>StoreTune: {title}</title>"
             f"<style>{STYLE}</style>{script}</head><body><h1>StoreTune report: {title}</h1>"
-            f"<p id='live'>{'live: refreshes while the campaign runs' if live else ''}</p>"
+            f"<p id='live'>{live_note}</p>"
             f"<div id='tables'>{body['tables']}</div><div id='charts'></div>"
             f"<script>const REFRESH = {REFRESH_MS}; const TEMPLATE = {_script_json(template)};\n"
             f"const REPORT = {_script_json(report)};{SCRIPT}</script>"

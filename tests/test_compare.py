@@ -246,3 +246,26 @@ def test_the_best_so_far_curve_is_the_tables_mean_of_each_seeds_reported_best(sq
     changed = comparison_data(history, result["comparison"])
     assert changed["best_so_far_of"] == "best value seen"
     assert changed["best_so_far"]["random"][-1] < table_best  # the best values seen, not the new table's 1.0
+
+
+def test_the_comparison_tables_say_when_a_median_is_beyond_the_budget(sqlite_url, bowl):
+    """The table showed "median evaluations to near-optimal 21" for a budget of 20 (a seed that never got
+    there counts as budget + 1), with no word of the seeds that found none; the success chart's title
+    named "the best found" where the reference is the table's best mean; a finished page said "live"."""
+    import re
+
+    from api.report import comparison_figures, comparison_tables, page
+    from tuner.report import comparison_data
+
+    history = History(sqlite_url)
+    result = Comparison.create(history, spec(bowl, "random", seeds=6, budget=3)).run(LocalExecutor())
+    a = result["algorithms"]["random"]
+    assert a["median_evals_to_near_optimal"] == 4 and a["censored"] >= 3  # most of 6 seeds miss in 3 of 128
+    data = comparison_data(history, result["comparison"])
+    cells = re.findall(r"<td>([^<]*)</td>", comparison_tables(data))
+    assert cells[:3] == ["random", "more than 3", str(a["censored"])]
+    title = comparison_figures(data)["success"]["figure"]["layout"]["title"]["text"]
+    assert "of the table's best mean" in title and "best found" not in title
+    assert "<p id='live'></p>" in page(data, plotly_src="plotly.js", live="/comparisons/1/report.json")
+    assert "live: refreshes while the comparison runs" in page({**data, "state": "running"}, plotly_src="plotly.js",
+                                                                live="/comparisons/1/report.json")

@@ -117,7 +117,7 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
         "results": results or None,
         "random_exact": results.get("random_expected_success_at"),
         "algorithms": {label: {k: a.get(k) for k in ("success_at", "instant_mean", "evals_to_near_optimal",
-                                                     "median_evals_to_near_optimal", "success_at_budget",
+                                                     "median_evals_to_near_optimal", "censored", "success_at_budget",
                                                      "best_mean_at_budget")}
                        for label, a in algorithms.items()},
         "best_so_far": best_so_far,
