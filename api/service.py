@@ -135,7 +135,10 @@ def check_stored(settings: ServiceSettings, runner: str, values: dict[str, Any],
             raise Refused(("path", "campaign_id"), "this campaign allows devices the server has not granted", 403)
         if stored.pop("loop_dir", None) not in (None, DeviceSettings().loop_dir):
             raise Refused(("path", "campaign_id"), "this campaign puts its loop device where the server does not", 403)
-    apply_policy(settings, runner, stored)
+    try:
+        apply_policy(settings, runner, stored)
+    except Refused as e:  # the campaign's recorded settings are at fault, not a body the resume has none of
+        raise Refused(("path", "campaign_id"), f"this campaign's {runner} runner: {e}", e.status) from None
     if parallel > settings.max_parallel:
         raise Refused(("path", "campaign_id"), f"this campaign measures {parallel} configurations at once; this "
                                                f"server allows {settings.max_parallel} (STORETUNE_MAX_PARALLEL)", 403)

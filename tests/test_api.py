@@ -64,6 +64,9 @@ def test_a_campaign_launched_over_rest_runs_in_a_worker_and_every_route_reads_it
         assert trial["value"] == pytest.approx(sum(m["metrics"]["PERF"] for m in trial["measurements"]) / 2)
         assert client.get(f"/campaigns/{body['id']}/trials/12").status_code == 404
 
+        assert {"report", "trials", "near_optimal"} <= body["links"].keys() and "pareto" not in body["links"]
+        for name in ("trials", "convergence", "near_optimal", "report"):  # every link a reader can follow works
+            assert client.get(body["links"][name]).status_code == 200, name
         near = client.get(f"/campaigns/{body['id']}/near-optimal", params={"within": 0.5}).json()
         assert near["items"][0]["value"] == near["best_value"] == min(values)
         assert near["total"] == sum(v <= min(values) / 0.5 for v in values)
@@ -152,6 +155,7 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         assert all(len(a["success_at"]) == 20 for a in done["results"]["algorithms"].values())
         assert done["campaigns"] == 4
         assert client.get("/comparisons").json()["total"] == 1
+        assert client.get(done["links"]["report"]).status_code == 200  # the links name the report
         # within 0.5: 768 of BDBC's 2,560 are near-optimal, so every seed gets there well before 20
         # the dataset as one path, as POST /campaigns takes it (a list was required)
         stopping = client.post("/comparisons", json={"dataset": str(bdbc), "algorithms": ["random"], "seeds": 2,
@@ -406,3 +410,20 @@ def test_campaigns_of_an_exclusive_runner_run_one_at_a_time(tmp_path, bdbc, monk
         client.post(f"/campaigns/{first['id']}/cancel")
         wait_for(client, f"/campaigns/{first['id']}", ("cancelled",))
         assert wait_for(client, f"/campaigns/{second['id']}", ("finished",))["progress"]["evaluated"] == 12
+
+
+def test_resuming_a_cli_campaign_the_server_would_not_run_names_the_campaign(sqlite_url, tmp_path):
+    """A CLI campaign of the command runner, resumed over REST on a server that runs no commands: the 403
+    pointed at ["body", "runner"], in a request that has no body."""
+    from tuner import History
+
+    created = run_cli("tune", "--runner", "command", "--space", "storage_v1", "--command", "echo '{\"x\": 1}'",
+                      "--metric", "x", "--direction", "max", "--budget", "1", "--json", db=sqlite_url, check=True)
+    campaign = json.loads(created.stdout.splitlines()[-1])["campaign"]
+    assert History(sqlite_url).transition(campaign, ["finished"], state="cancelled")
+    with client_for(sqlite_url, tmp_path) as client:
+        refused = client.post(f"/campaigns/{campaign}/resume")
+        assert refused.status_code == 403, refused.text
+        [detail] = refused.json()["detail"]
+        assert detail["loc"] == ["path", "campaign_id"] and "this campaign's command runner" in detail["msg"]
+        assert client.get(f"/campaigns/{campaign}").json()["state"] == "cancelled"  # nothing changed

@@ -261,6 +261,7 @@ def test_the_api_takes_an_objective_and_serves_the_pareto_set(tmp_path):
         assert c["objective"] == {"metric": "pareto:Throughput,Latency", "direction": "max"}
         done = wait_for(client, f"/campaigns/{c['id']}", ("finished",))
         assert done["progress"]["evaluated"] == 12 and done["objective_spec"]["reference"] is not None
+        assert c["links"]["pareto"] == f"/campaigns/{c['id']}/pareto"  # a Pareto campaign links its set
         front = client.get(f"/campaigns/{c['id']}/pareto").json()
         history = History(url, migrate=False)
         expected = pareto_set(history.trials(c["id"], measurements=True),

@@ -41,10 +41,11 @@ CANCELLABLE = ("queued", "running")
 RESUMABLE = ("cancelled", "interrupted", "failed")
 
 
-def links(campaign_id: int) -> dict[str, str]:
+def links(campaign_id: int, pareto: bool = False) -> dict[str, str]:
     base = f"/campaigns/{campaign_id}"
     return {"self": base, "trials": f"{base}/trials", "convergence": f"{base}/convergence",
-            "near_optimal": f"{base}/near-optimal", "cancel": f"{base}/cancel", "resume": f"{base}/resume"}
+            "near_optimal": f"{base}/near-optimal", "report": f"{base}/report", "cancel": f"{base}/cancel",
+            "resume": f"{base}/resume", **({"pareto": f"{base}/pareto"} if pareto else {})}
 
 
 def public(svc: Any, c: CampaignView) -> CampaignPublic:
@@ -66,7 +67,8 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
         progress=Progress(evaluated=svc.history.evaluations(c.id, c.repeats), budget=c.budget,
                           trials_by_status=ordered),
         best=None if best is None else Best(trial=best.number, value=best.value, config=best.config),  # type: ignore[arg-type]
-        test_value=held_out(best, c.objective_metric), links=links(c.id),
+        test_value=held_out(best, c.objective_metric),
+        links=links(c.id, pareto=bool(c.objective) and c.objective.get("kind") == "pareto"),
     )
 
 

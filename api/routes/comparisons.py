@@ -29,7 +29,7 @@ def public(svc: Any, c: ComparisonView) -> ComparisonPublic:
         id=c.id, state=c.state, origin=c.origin, note=c.note, created_at=c.created_at, finished_at=c.finished_at,
         workload=c.workload_name, runner_settings=c.runner_settings, settings=c.settings,
         campaigns=len(svc.history.comparison_campaigns(c.id)), results=c.results,
-        links={"self": f"/comparisons/{c.id}"},
+        links={"self": f"/comparisons/{c.id}", "report": f"/comparisons/{c.id}/report"},
     )
 
 
