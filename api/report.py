@@ -62,7 +62,7 @@ def _instant_traces(instant: dict[str, Any], axis: str) -> list[Any]:
 
 
 def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    metric = data["objective"]["metric"]
+    metric = data["objective"].get("score") or data["objective"]["metric"]  # several metrics: the score drawn
     better = "lower" if data["objective"]["direction"] == "min" else "higher"
     curve, log, instant = data["convergence"], data["log_scale"], data["instant"]
     binned = f" (binned by {instant['bin']} evaluations)" if instant["bin"] > 1 else ""
@@ -108,6 +108,10 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                        height=max(320, 22 * len(labels) + 120)))
         figures["coefficients"] = _figure(fig, "The ATC'18 regression: each value against its parameter's most "
                                                "common one; an interval that crosses 0 is not a measured effect.")
+    if (data.get("pareto") or {}).get("pareto") and len(data["pareto"]["metrics"]) >= 2:
+        figures["pareto"] = _figure(_pareto_figure(data["pareto"]),
+                                    "Each dot is a succeeded trial; the Pareto set is the trials no other trial beats "
+                                    "in every metric at once: the trade-offs worth choosing among.")
     par = data["parallel"]
     if par["lines"]:
         sampled = f" (a seeded sample of {par['lines']:,} of {par['of']:,} trials)" if par["lines"] < par["of"] else ""
@@ -119,6 +123,27 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                           "back": "back to the lines", **_figure(_parcoords(par, metric, f"Every succeeded trial{sampled}"), "")},
         }
     return figures
+
+
+def _pareto_figure(pareto: dict[str, Any]) -> go.Figure:
+    """The first two metrics of every succeeded trial, the Pareto set's on top and joined."""
+    x, y = pareto["metrics"][:2]
+    front = sorted(pareto["pareto"], key=lambda p: p["values"][x])
+    ahead = {p["trial"] for p in front}
+    rest = [p for p in pareto["points"] if p["trial"] not in ahead]
+    better = {m: "lower" if d == "min" else "higher" for m, d in zip(pareto["metrics"], pareto["directions"])}
+    figure = go.Figure([
+        go.Scatter(x=[p["values"][x] for p in rest], y=[p["values"][y] for p in rest], mode="markers",
+                   name="other trials", marker=dict(color="rgba(120,120,120,0.45)"),
+                   text=[f"trial {p['trial']}" for p in rest]),
+        go.Scatter(x=[p["values"][x] for p in front], y=[p["values"][y] for p in front], mode="lines+markers",
+                   name=f"Pareto set ({len(front)} trials)",
+                   marker=dict(size=9), text=[f"trial {p['trial']}" for p in front]),
+    ], layout=_layout(f"Pareto set: {x} against {y}", f"{x} ({better[x]} is better)", f"{y} ({better[y]} is better)",
+                      pareto["log_scale"][y]))
+    if pareto["log_scale"][x]:
+        figure.update_xaxes(type="log")
+    return figure
 
 
 BANDS = ((0.10, "best 10%"), (0.25, "next 15%"), (0.50, "next 25%"), (1.00, "worst 50%"))
@@ -262,19 +287,34 @@ def campaign_tables(data: dict[str, Any]) -> str:
     e = html.escape
     objective = data["objective"]
     best = data["best"]
+    score = f"{objective['score']} of {', '.join(objective['of'])}" if objective.get("score") else objective["metric"]
     rows = [("state", data["state"] + (f" ({data['note']})" if data["note"] else "")),
             ("algorithm", data["algorithm"]), ("space / workload", f"{data['space']} / {data['workload']}"),
-            ("objective", f"{objective['direction']} {objective['metric']}"),
+            ("objective", f"{objective['direction']} {score}"),
             ("evaluated", f"{data['evaluated']} of {data['budget']}"),
-            ("best", "-" if best is None else f"{best['value']:.6g} (trial {best['trial']})"),
+            ("best" if not objective.get("score") else f"best {objective['score']}",
+             "-" if best is None else f"{best['value']:.6g} (trial {best['trial']})"),
             ("best configuration", "-" if best is None else ", ".join(f"{k}={format_value(v)}" for k, v in best["config"].items()))]
     if data["test_value"] is not None:
         rows.append(("test value (held out)", f"{data['test_value']:.6g}"))
     out = ['<table class="summary">', *(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows), "</table>"]
     if data["empty"]:
         out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')
+    pareto = data.get("pareto")
+    if pareto and pareto["pareto"]:
+        reference = ", ".join(f"{m} = {v:.6g}" for m, v in pareto["reference_point"].items())
+        out.append(f"<h2>Pareto set: {len(pareto['pareto'])} trials, hypervolume {pareto['hypervolume']:.6g}</h2>"
+                   f"<p>Against the worst value of each metric measured ({e(reference)}).</p>")
+        names = list(dict.fromkeys(k for p in pareto["pareto"] for k in p["config"]))
+        out += ['<table class="pareto"><tr><th>trial</th>', *(f"<th>{e(m)}</th>" for m in pareto["metrics"]),
+                *(f"<th>{e(n)}</th>" for n in names), "</tr>"]
+        for p in pareto["pareto"]:
+            out.append(f"<tr><td>{p['trial']}</td>" + "".join(f"<td>{p['values'][m]:.6g}</td>" for m in pareto["metrics"])
+                       + "".join(f"<td>{e(format_value(p['config'].get(n, 'n/a')))}</td>" for n in names) + "</tr>")
+        out.append("</table>")
     near = data["near_optimal"]
-    out.append(f"<h2>Near-optimal configurations (within {near['within']:g} of the best): {near['count']}</h2>")
+    of = f" of the best {objective['score']}" if objective.get("score") else " of the best"
+    out.append(f"<h2>Near-optimal configurations (within {near['within']:g}{of}): {near['count']}</h2>")
     if near["trials"]:
         names = list(dict.fromkeys(k for t in near["trials"] for k in t["config"]))
         out += ['<table class="near"><tr><th>trial</th><th>value</th>',

@@ -148,6 +148,21 @@ def test_the_pareto_set_from_the_history_is_the_non_dominated_trials(tmp_path, g
     as_json = summary.to_dict()
     assert set(as_json["pareto"][0]) >= {"config", "values"} and as_json["hypervolume"] > 0
 
+    # the report is of the set, not only of the equal-weight score its figures draw (which it names)
+    from api.report import campaign_figures, campaign_tables
+    from tuner.report import campaign_data
+
+    data = campaign_data(history, summary.campaign)
+    assert data["pareto"]["pareto"] == as_json["pareto"] and data["pareto"]["hypervolume"] == summary.hypervolume
+    assert len(data["pareto"]["points"]) == 36
+    tables = campaign_tables(data)
+    assert f"Pareto set: {len(expected)} trials, hypervolume {summary.hypervolume:.6g}" in tables
+    assert "<th>best equal-weight score</th>" in tables and "max equal-weight score of Throughput, Latency" in tables
+    figures = campaign_figures(data)
+    front = figures["pareto"]["figure"]["data"][1]
+    assert len(front["x"]) == len(expected) and sorted(front["x"]) == list(front["x"])
+    assert figures["convergence"]["figure"]["layout"]["yaxis"]["title"]["text"].startswith("equal-weight score")
+
 
 def test_hypervolume_by_hand():
     # the staircase of (1,3), (2,2), (3,1) under (4,4): 3 + 2 + 1

@@ -72,7 +72,31 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     except ValueError as e:
         out["importance"] = {"error": str(e)}
     out["parallel"] = _parallel(scored, names, seed, direction)
+    if record.objective:
+        _several(out, history, record)
     return out
+
+
+SCORES = {"weighted": "weighted score", "rank": "lexicographic score", "pareto": "equal-weight score"}
+
+
+def _several(out: dict[str, Any], history: History, record: Any) -> None:
+    """An objective over several metrics: the one value the figures draw is a score of them, and says so;
+    a Pareto campaign adds its set, its hypervolume and every succeeded trial's metrics (what it is about)."""
+    from tuner.objective import MultiObjective, trial_means
+    from tuner.pareto import pareto_set
+
+    objective = MultiObjective.from_spec(record.objective)
+    out["objective"].update(score=SCORES[objective.kind], of=list(objective.metrics))
+    if objective.kind != "pareto":
+        return
+    measured = history.trials(record.id, measurements=True)
+    points = [(t.number, trial_means(t, objective.metrics)) for t in measured if t.status == Status.SUCCEEDED.value]
+    out["pareto"] = {
+        **pareto_set(measured, objective), "metrics": list(objective.metrics), "directions": list(objective.directions),
+        "points": [{"trial": n, "values": v} for n, v in points if v is not None][-PARALLEL_LINES:],
+        "log_scale": {m: _spans_decades([v[m] for _, v in points if v is not None]) for m in objective.metrics},
+    }
 
 
 def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
