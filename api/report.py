@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -175,7 +176,7 @@ def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> 
         scaled.append(np.where(missing, 0.0, place))
         distinct = np.unique(shown[~missing])
         marks = distinct if len(distinct) <= 5 else np.linspace(low, high, 5)  # a flag's 0 and 1, not 0.25 ...
-        ticks.append([(foot + room * ((m - low) / width if high > low else 0.5), f"{10 ** m if use_log else m:.4g}")
+        ticks.append([(foot + room * ((m - low) / width if high > low else 0.5), _tick(10 ** m if use_log else m))
                       for m in marks] + ([(0.0, "n/a")] if missing.any() else []))
     lines = np.column_stack(scaled)
     rank = np.asarray(par["rank"], dtype=float)
@@ -196,7 +197,7 @@ def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> 
                              textfont=dict(size=10), showlegend=False, hoverinfo="skip"))
     layout = dict(title=dict(text=title), height=480, template="none", margin=dict(l=40, r=40, t=60, b=60),
                   xaxis=dict(tickvals=list(range(len(axes))), ticktext=[a["name"] for a in axes], showgrid=False,
-                             zeroline=False, range=[-0.3, len(axes) - 0.3], title=dict(text="parameter (axis)")),
+                             zeroline=False, range=[-0.3, len(axes) - 0.45], title=dict(text="parameter (axis)")),
                   yaxis=dict(visible=False, range=[-0.05, 1.05]),
                   shapes=[dict(type="line", x0=i, x1=i, y0=0, y1=1, line=dict(color="#888", width=1))
                           for i in range(len(axes))],
@@ -232,7 +233,21 @@ def _at_foot(values: np.ndarray) -> dict[str, Any]:
     foot = low - 0.1 * ((high - low) or 1.0)
     marks = np.unique(values[~missing]) if len(np.unique(values[~missing])) <= 5 else np.linspace(low, high, 5)
     return {"values": np.where(missing, foot, values), "tickvals": [foot, *marks.tolist()],
-            "ticktext": ["n/a", *(f"{m:.4g}" for m in marks)]}
+            "ticktext": ["n/a", *(_tick(m) for m in marks)]}
+
+
+def _tick(value: float) -> str:
+    """A number on an axis, short: whole multiples of 1024 as 256K or 4M (block, inode and journal sizes;
+    262144 read as 2.621e+05 and ran into the next axis's labels), other whole numbers as they are, the
+    rest to 4 significant digits."""
+    if math.isfinite(value) and value == round(value):
+        whole = int(round(value))
+        for suffix, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+            if whole and whole % size == 0 and abs(whole) >= size:
+                return f"{whole // size}{suffix}"
+        if abs(whole) < 1_000_000:
+            return str(whole)
+    return f"{value:.4g}"
 
 
 def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -95,3 +95,19 @@ def test_a_conditional_real_parameter_is_a_number_axis_with_n_a_apart_and_shown_
     assert 0.1 + 0.35 + 0.005 != 0.455  # the value the table showed before
     rows = common_values([t.config for t in trials[:1]], [t.config for t in trials], ["decision_threshold"])
     assert {r["value"] for r in rows["decision_threshold"]} >= {"0.45", "n/a"}
+
+
+def test_number_axes_of_parallel_coordinates_label_sizes_shortly():
+    """Byte sizes read 2.621e+05 and ran into the next axis's labels ("2.621e+053.277e+04single")."""
+    from types import SimpleNamespace
+
+    from api.report import _parallel_lines, _tick
+    from tuner.report import _parallel
+
+    assert [_tick(v) for v in (262144, 32768, 4096, 100, 0, 0.455, 6777.2)] == [
+        "256K", "32K", "4K", "100", "0", "0.455", "6777"]
+    trials = [SimpleNamespace(config={"journal_size": size}, value=float(i))
+              for i, size in enumerate((32768, 65536, 131072, 262144))]
+    par = _parallel(trials, ["journal_size"], 0, "min")
+    text = _parallel_lines(par, "ops", False, "t").data[-1].text
+    assert {"32K", "64K", "128K", "256K"} <= set(text) and not any("e+" in t for t in text)
