@@ -51,27 +51,39 @@ _SLOT = "storetunepasswordslot"  # letters only: the URL keeps it as it is
 
 
 def db_flag(db: str | None) -> str:
-    """`` --db URL`` for a printed command; empty for the default history. A URL from
+    """`` --db URL`` for a printed command, quoted for the shell; empty for the default history. A URL from
     $STORETUNE_DATABASE_URL is named too (the variable may have been set for this command only), unless it
     holds a password: the variable, still set, serves it. A password given with ``--db`` is not printed (it
-    would be on screen and in logs) but written ``<password>``, quoted, where the user puts it back:
-    ``***`` read as the password itself and failed to log in."""
+    would be on screen and in logs) but written ``<password>``, where the user puts it back: ``***`` read
+    as the password itself and failed to log in."""
+    import shlex
+
     from sqlalchemy.engine import make_url
 
     url = make_url(database_url(db))
-    if db is None and (url.render_as_string(hide_password=False) == default_database_url() or url.password):
+    secret = _has_password(url)
+    if db is None and (url.render_as_string(hide_password=False) == default_database_url() or secret):
         return ""
-    if url.password:
-        shown = url.set(password=_SLOT).render_as_string(hide_password=False).replace(_SLOT, "<password>")
-        return f" --db '{shown}'"
-    return f" --db {url.render_as_string(hide_password=False)}"
+    return f" --db {shlex.quote(_masked(url, '<password>'))}"
 
 
 def shown_url(url: str) -> str:
-    """A history URL to print: its password, if any, as ``***``."""
+    """A history URL to print: its password, if any (in the URL or as a ``password`` query), as ``***``."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return _masked(make_url(url), "***")
+
+
+def _has_password(url: Any) -> bool:
+    return bool(url.password) or "password" in url.query
+
+
+def _masked(url: Any, mark: str) -> str:
+    if url.password:
+        url = url.set(password=_SLOT)
+    if "password" in url.query:
+        url = url.update_query_dict({"password": _SLOT})
+    return url.render_as_string(hide_password=False).replace(_SLOT, mark)
 
 
 def open_history(db: str | None, *, migrate: bool) -> History:

@@ -147,7 +147,7 @@ def importance_table(result: dict) -> Table:
         table.add_row(escape(p["name"]), f"{p['anova_share']:.3f}", _fmt(p["anova_p"], ".2g"),
                       f"{p['forest_share']:.3f}", escape(effect))
     if (result.get("table") or {}).get("error"):
-        table.caption = result["table"]["error"]
+        table.caption = escape(result["table"]["error"])
     elif result.get("table"):
         t = result["table"]
         fixed = t.get("fixed") or {}

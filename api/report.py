@@ -111,8 +111,9 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                                "common one; an interval that crosses 0 is not a measured effect.")
     if (data.get("pareto") or {}).get("pareto") and len(data["pareto"]["metrics"]) >= 2:
         figures["pareto"] = _figure(_pareto_figure(data["pareto"]),
-                                    "Each dot is a succeeded trial; the Pareto set is the trials no other trial beats "
-                                    "in every metric at once: the trade-offs worth choosing among.")
+                                    f"Each dot is a succeeded trial{_last(data['pareto'])}; the Pareto set is the "
+                                    "trials no other trial beats in every metric at once: the trade-offs worth "
+                                    "choosing among.")
     par = data["parallel"]
     if par["lines"]:
         sampled = f" (a seeded sample of {par['lines']:,} of {par['of']:,} trials)" if par["lines"] < par["of"] else ""
@@ -126,9 +127,15 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return figures
 
 
+def _last(pareto: dict[str, Any]) -> str:
+    shown, of = len(pareto["points"]), pareto.get("trials", len(pareto["points"]))
+    return f" (the last {shown:,} of {of:,})" if shown < of else ""
+
+
 def _pareto_figure(pareto: dict[str, Any]) -> go.Figure:
     """The first two metrics of every succeeded trial, the Pareto set's on top and joined."""
     x, y = pareto["metrics"][:2]
+    two = len(pareto["metrics"]) == 2  # with a third metric, the set seen on two of them is no front: no line
     front = sorted(pareto["pareto"], key=lambda p: p["values"][x])
     ahead = {p["trial"] for p in front}
     rest = [p for p in pareto["points"] if p["trial"] not in ahead]
@@ -137,10 +144,12 @@ def _pareto_figure(pareto: dict[str, Any]) -> go.Figure:
         go.Scatter(x=[p["values"][x] for p in rest], y=[p["values"][y] for p in rest], mode="markers",
                    name="other trials", marker=dict(color="rgba(120,120,120,0.45)"),
                    text=[f"trial {p['trial']}" for p in rest]),
-        go.Scatter(x=[p["values"][x] for p in front], y=[p["values"][y] for p in front], mode="lines+markers",
+        go.Scatter(x=[p["values"][x] for p in front], y=[p["values"][y] for p in front],
+                   mode="lines+markers" if two else "markers",
                    name=f"Pareto set ({len(front)} trials)",
                    marker=dict(size=9), text=[f"trial {p['trial']}" for p in front]),
-    ], layout=_layout(f"Pareto set: {x} against {y}", f"{x} ({better[x]} is better)", f"{y} ({better[y]} is better)",
+    ], layout=_layout(f"Pareto set: {x} against {y}" + ("" if two else f" (of {len(pareto['metrics'])} metrics: "
+                      "a projection)"), f"{x} ({better[x]} is better)", f"{y} ({better[y]} is better)",
                       pareto["log_scale"][y]))
     if pareto["log_scale"][x]:
         figure.update_xaxes(type="log")
@@ -176,8 +185,9 @@ def _parallel_lines(par: dict[str, Any], metric: str, log: bool, title: str) -> 
         scaled.append(np.where(missing, 0.0, place))
         distinct = np.unique(shown[~missing])
         marks = distinct if len(distinct) <= 5 else np.linspace(low, high, 5)  # a flag's 0 and 1, not 0.25 ...
-        ticks.append([(foot + room * ((m - low) / width if high > low else 0.5), _tick(10 ** m if use_log else m))
-                      for m in marks] + ([(0.0, "n/a")] if missing.any() else []))
+        labels = _ticks([10 ** m if use_log else m for m in marks], sizes=axis is not axes[-1])
+        ticks.append([(foot + room * ((m - low) / width if high > low else 0.5), label)
+                      for m, label in zip(marks, labels)] + ([(0.0, "n/a")] if missing.any() else []))
     lines = np.column_stack(scaled)
     rank = np.asarray(par["rank"], dtype=float)
     colours = sample_colorscale("Viridis", [0.25 + 0.75 * (1 - i / (len(BANDS) - 1)) for i in range(len(BANDS))])
@@ -233,21 +243,23 @@ def _at_foot(values: np.ndarray) -> dict[str, Any]:
     foot = low - 0.1 * ((high - low) or 1.0)
     marks = np.unique(values[~missing]) if len(np.unique(values[~missing])) <= 5 else np.linspace(low, high, 5)
     return {"values": np.where(missing, foot, values), "tickvals": [foot, *marks.tolist()],
-            "ticktext": ["n/a", *(_tick(m) for m in marks)]}
+            "ticktext": ["n/a", *_ticks(marks.tolist())]}
 
 
-def _tick(value: float) -> str:
-    """A number on an axis, short: whole multiples of 1024 as 256K or 4M (block, inode and journal sizes;
-    262144 read as 2.621e+05 and ran into the next axis's labels), other whole numbers as they are, the
-    rest to 4 significant digits."""
-    if math.isfinite(value) and value == round(value):
-        whole = int(round(value))
-        for suffix, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-            if whole and whole % size == 0 and abs(whole) >= size:
-                return f"{whole // size}{suffix}"
-        if abs(whole) < 1_000_000:
-            return str(whole)
-    return f"{value:.4g}"
+def _ticks(values: list[float], sizes: bool = True) -> list[str]:
+    """An axis's numbers, short. Where every one is a whole multiple of 1024 (block, inode and journal
+    sizes, on a parameter's axis: ``sizes``), as 4K, 256K or 4M: 262144 read 2.621e+05 and ran into the next
+    axis's labels. Otherwise whole numbers below a million as they are, the rest to 4 significant digits."""
+    rounded = [float(f"{v:.10g}") for v in values]  # 10 ** log10(262144) is 262144.0000000001
+    whole = [int(v) for v in rounded if math.isfinite(v) and v == int(v)]
+    if sizes and len(whole) == len(rounded) and any(whole) and all(w % 1024 == 0 and abs(w) < 1 << 50 for w in whole):
+        out = []
+        for w in whole:
+            suffix, size = next(((s, z) for s, z in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
+                                 if w % z == 0 and abs(w) >= z), ("", 1))
+            out.append(f"{w // size}{suffix}")
+        return out
+    return [str(int(v)) if math.isfinite(v) and v == int(v) and abs(v) < 1_000_000 else f"{v:.4g}" for v in rounded]
 
 
 def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -280,8 +292,9 @@ def comparison_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                      data["log_scale"])),
             "How good the configuration a typical seed reports as its best so far is: the table's mean of it, "
             "not its best measurement, which on a noisy table is partly a lucky draw." if data.get("best_so_far_of")
-            != "best value seen" else "The best value a typical seed has seen so far (its table could not be read "
-            "again, or has changed since: on a table with noisy repeats this flatters every algorithm).")
+            != "best value seen" else "The best value a typical seed has seen so far, not judged by the table: "
+            f"{data.get('table_error') or 'it could not be read again'} (on a table with noisy repeats the best "
+            "value seen flatters every algorithm).")
         figures["instant"] = _figure(
             go.Figure([go.Scatter(x=list(range(1, len(a["instant_mean"] or []) + 1)), y=a["instant_mean"], mode="lines",
                                   name=label, line=dict(color=colour[label])) for label, a in algorithms.items()],
@@ -307,7 +320,7 @@ def campaign_tables(data: dict[str, Any]) -> str:
             ("algorithm", data["algorithm"]), ("space / workload", f"{data['space']} / {data['workload']}"),
             ("objective", f"{objective['direction']} {score}"),
             ("evaluated", f"{data['evaluated']} of {data['budget']}"),
-            ("best" if not objective.get("score") else f"best {objective['score']}",
+            (objective.get("best") or "best",
              "-" if best is None else f"{best['value']:.6g} (trial {best['trial']})"),
             ("best configuration", "-" if best is None else ", ".join(f"{k}={format_value(v)}" for k, v in best["config"].items()))]
     if data["test_value"] is not None:
@@ -425,9 +438,11 @@ if (REPORT.live && ['queued', 'running'].includes(REPORT.state)) {
     const r = await fetch(REPORT.live); if (!r.ok) return;
     const next = await r.json();
     document.getElementById('tables').innerHTML = next.tables;
-    document.getElementById('live').textContent = 'live: updated ' + new Date().toLocaleTimeString();
+    const running = ['queued', 'running'].includes(next.state);
+    document.getElementById('live').textContent = (running ? 'live: updated ' : next.state + ' at ')
+      + new Date().toLocaleTimeString() + (running ? '' : ': no longer refreshed');
     draw(next.figures);
-    if (!['queued', 'running'].includes(next.state)) clearInterval(timer);
+    if (!running) clearInterval(timer);
   }, REFRESH);
 }
 """

@@ -243,6 +243,12 @@ def test_printed_commands_name_the_history_unless_it_is_the_default_or_holds_a_p
     assert db_flag(None) == ""
     # a password given with --db: a placeholder where the user puts it back (`***` was taken as the password)
     assert db_flag("postgresql://tuner:s3cret@db.example/storetune") == " --db 'postgresql://tuner:<password>@db.example/storetune'"
+    # a password as a query parameter is one too; a URL the shell would split or glob is quoted
+    assert db_flag("postgresql://t@db/st?password=s3cret") == " --db 'postgresql://t@db/st?password=<password>'"
+    assert db_flag("postgresql://t@db/st?sslmode=require") == " --db 'postgresql://t@db/st?sslmode=require'"
+    assert db_flag("sqlite:////srv/my dir/h.sqlite") == " --db 'sqlite:////srv/my dir/h.sqlite'"
+    monkeypatch.setenv("STORETUNE_DATABASE_URL", "postgresql://tuner@db.example/storetune?password=s3cret")
+    assert db_flag(None) == ""
 
 
 @pytest.mark.postgres
@@ -254,7 +260,10 @@ def test_the_services_banner_hides_the_historys_password(postgres_url):
 
     from sqlalchemy.engine import make_url
 
+    from api.common import shown_url
+
     url = make_url(postgres_url).set(password="s3cret-pw").render_as_string(hide_password=False)
+    assert shown_url("postgresql://t@db/st?password=s3cret-pw") == "postgresql://t@db/st?password=***"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

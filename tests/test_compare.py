@@ -245,7 +245,8 @@ def test_the_best_so_far_curve_is_the_tables_mean_of_each_seeds_reported_best(sq
     path.write_text("\n".join([rows[0]] + [r.rsplit(",", 1)[0] + ",1.0" for r in rows[1:]]) + "\n")
     changed = comparison_data(history, result["comparison"])
     assert changed["best_so_far_of"] == "best value seen"
-    assert changed["best_so_far"]["random"][-1] < table_best  # the best values seen, not the new table's 1.0
+    assert 1.0 < changed["best_so_far"]["random"][-1] < table_best  # the best values seen, not the new table's 1.0
+    assert "has changed since it was replayed" in changed["table_error"]
 
 
 def test_the_comparison_tables_say_when_a_median_is_beyond_the_budget(sqlite_url, bowl):

@@ -101,11 +101,13 @@ def test_number_axes_of_parallel_coordinates_label_sizes_shortly():
     """Byte sizes read 2.621e+05 and ran into the next axis's labels ("2.621e+053.277e+04single")."""
     from types import SimpleNamespace
 
-    from api.report import _parallel_lines, _tick
+    from api.report import _parallel_lines, _ticks
     from tuner.report import _parallel
 
-    assert [_tick(v) for v in (262144, 32768, 4096, 100, 0, 0.455, 6777.2)] == [
-        "256K", "32K", "4K", "100", "0", "0.455", "6777"]
+    assert _ticks([262144.0000000001, 32768, 4096]) == ["256K", "32K", "4K"]  # as a log axis gives them back
+    assert _ticks([1000, 1024]) == ["1000", "1024"]  # a suffix only where every number is a size
+    assert _ticks([0, 2048, 8192], sizes=False) == ["0", "2048", "8192"]  # the value axis: not a size
+    assert _ticks([1e20, 2**62]) == ["1e+20", "4.612e+18"] and _ticks([0.455, 6777.2]) == ["0.455", "6777"]
     trials = [SimpleNamespace(config={"journal_size": size}, value=float(i))
               for i, size in enumerate((32768, 65536, 131072, 262144))]
     par = _parallel(trials, ["journal_size"], 0, "min")

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, shared
 from tuner import History
 from tuner.importance import NA, common_values, importance, required_trials
 
@@ -197,3 +197,13 @@ def test_a_long_campaign_s_values_are_binned_on_the_server_and_its_lines_are_svg
             "statuses": {"counts": {"SUCCEEDED": 40}}, "importance": {"error": "too few"}}
     parallel = campaign_figures(data)["parallel"]
     assert parallel["alternate"]["figure"]["data"][0]["type"] == "parcoords"
+
+
+def test_importance_of_a_campaign_over_several_metrics_is_not_compared_with_one_metrics_means(sqlite_url):
+    """It crashed: "ValueError: 'pareto:Throughput,Latency' is not in list" (the table's means are per metric)."""
+    table = shared("moot_configs/SS-J.csv")
+    campaign = json.loads(run_cli("tune", "--dataset", str(table), "--objective", "pareto:Throughput,Latency",
+                                  "--budget", "60", "--seed", "1", "--json", db=sqlite_url,
+                                  check=True).stdout.splitlines()[-1])["campaign"]
+    result = json.loads(run_cli("importance", str(campaign), "--json", db=sqlite_url, check=True).stdout)
+    assert result["trials"] == 60 and "a score of several" in result["table"]["error"]

@@ -101,8 +101,25 @@ def test_a_port_that_answers_but_is_no_ray_head_is_one_line_in_seconds(sqlite_ur
     silent.listen(8)
     web = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     threading.Thread(target=web.serve_forever, daemon=True).start()
+    resetting = socket.socket()  # takes the connection, then resets it (was: "unreachable ... ray start --head")
+    resetting.bind(("127.0.0.1", 0))
+    resetting.listen(8)
+
+    def reset() -> None:
+        import struct
+
+        while True:
+            try:
+                conn, _ = resetting.accept()
+            except OSError:
+                return
+            time.sleep(0.2)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=reset, daemon=True).start()
     try:
-        for port in (silent.getsockname()[1], web.server_address[1]):
+        for port in (silent.getsockname()[1], web.server_address[1], resetting.getsockname()[1]):
             started = time.monotonic()
             out = run_cli("tune", "--dataset", str(bdbc), "--budget", "3", db=sqlite_url,
                           env={"RAY_ADDRESS": f"127.0.0.1:{port}"}, timeout=120)
@@ -111,6 +128,7 @@ def test_a_port_that_answers_but_is_no_ray_head_is_one_line_in_seconds(sqlite_ur
     finally:
         web.shutdown()
         silent.close()
+        resetting.close()
     assert History(sqlite_url).campaigns() == []
 
 

@@ -143,6 +143,13 @@ def test_a_running_campaign_s_report_updates_itself(browser, tmp_path, bdbc):
             time.sleep(0.3)
         later = browser.execute_script(last_evaluation)
         assert later > first  # it redrew with the trials measured since
+        # cancelled, the page that watched it stops saying "live" (it kept "live: updated" for good)
+        httpx2.post(f"{base}/campaigns/{campaign['id']}/cancel")
+        deadline = time.monotonic() + 60
+        while "no longer refreshed" not in browser.find_element("id", "live").text:
+            assert time.monotonic() < deadline, browser.find_element("id", "live").text
+            time.sleep(0.3)
+        assert browser.find_element("id", "live").text.startswith("cancelled at ")
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert httpx2.get(f"{base}/campaigns/999/report").status_code == 404
     finally:

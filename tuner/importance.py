@@ -179,7 +179,10 @@ def of_campaign(history: Any, campaign_id: int, *, seed: int = 0) -> dict[str, A
     out: dict[str, Any] = {"campaign": campaign_id, "objective": {"metric": record.objective_metric,
                                                                   "direction": record.objective_direction},
                            **result.to_dict()}
-    if record.runner == "dataset":
+    if record.runner == "dataset" and record.objective:  # a score of several metrics: the table has no one mean
+        out["table"] = {"error": "not compared with the table: its means are of one metric, and this campaign's "
+                                 f"objective is a score of several ({record.objective_metric})"}
+    elif record.runner == "dataset":
         try:
             runner = replayed_table(record.runner_settings, [table_digest(record)])
         except TableGone as e:  # the campaign's own analysis stands; only the truth to compare it with is gone

@@ -247,27 +247,33 @@ def _call(fn: Callable[[T], R], item: T) -> tuple[R, str]:
 def _reachable(address: str) -> None:
     """An unreachable head fails in seconds with one line, not after Ray's long retries."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:6379
     if not host or not port.isdigit():
         raise ExecutorError(f"RAY_ADDRESS {address!r} is not host:port (the head's GCS port, 6379 by default)")
     started = time.monotonic()
     try:
-        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as s:
-            # Ray's GCS is a gRPC server: it answers HTTP/2's preface with a SETTINGS frame at once, where
-            # Ray itself would retry another service's port (PostgreSQL's, StoreTune's own REST port) for
-            # minutes. Written by hand: Ray has no bounded probe of an address (RAY_py_gcs_connect_timeout_s
-            # bounds one attempt, not its retries). Not with TLS, which would have to be spoken first.
-            if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):
-                s.sendall(_HTTP2_PREFACE)
-                answer = _read(s, 9)
-                if len(answer) < 9 or answer[3] != 0x04:
-                    raise ExecutorError(
-                        f"{address} answers, but not as a Ray head (no HTTP/2 from its port: another service "
-                        "listens there). RAY_ADDRESS is the head's GCS address, host:6379 by default, as "
-                        "ray start --head printed it") from None
+        sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
     except OSError as e:
         raise ExecutorError(f"the Ray cluster at {address} is unreachable ({e.strerror or e}, after "
                             f"{time.monotonic() - started:.0f} s): start it with ray start --head, or unset "
                             "RAY_ADDRESS to run here") from None
+    with sock:
+        # Ray's GCS is a gRPC server: it answers HTTP/2's preface with a SETTINGS frame at once, where Ray
+        # itself would retry another service's port (PostgreSQL's, StoreTune's own REST port) for minutes.
+        # Written by hand: Ray has no bounded probe of an address (RAY_py_gcs_connect_timeout_s bounds one
+        # attempt, not its retries). Not with TLS (as Ray reads RAY_USE_TLS), which would be spoken first.
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        try:
+            sock.sendall(_HTTP2_PREFACE)
+            answer = _read(sock, 9)
+        except OSError:  # it took the connection and then reset it: a service of another protocol
+            answer = b""
+        if len(answer) < 9 or answer[3] != 0x04:
+            raise ExecutorError(
+                f"{address} answers, but not as a Ray head (no HTTP/2 from its port: another service listens "
+                "there). RAY_ADDRESS is the head's GCS address, host:6379 by default, as ray start --head "
+                "printed it")
 
 
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS

@@ -77,7 +77,9 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     return out
 
 
+# what the figures of a campaign over several metrics draw, and what its "best" is (`storetune best` says the same)
 SCORES = {"weighted": "weighted score", "rank": "lexicographic score", "pareto": "equal-weight score"}
+BESTS = {"weighted": "best weighted score", "rank": "lexicographic best (its score)", "pareto": "best equal-weight score"}
 
 
 def _several(out: dict[str, Any], history: History, record: Any) -> None:
@@ -87,7 +89,7 @@ def _several(out: dict[str, Any], history: History, record: Any) -> None:
     from tuner.pareto import pareto_set
 
     objective = MultiObjective.from_spec(record.objective)
-    out["objective"].update(score=SCORES[objective.kind], of=list(objective.metrics))
+    out["objective"].update(score=SCORES[objective.kind], best=BESTS[objective.kind], of=list(objective.metrics))
     if objective.kind != "pareto":
         return
     measured = history.trials(record.id, measurements=True)
@@ -95,6 +97,7 @@ def _several(out: dict[str, Any], history: History, record: Any) -> None:
     out["pareto"] = {
         **pareto_set(measured, objective), "metrics": list(objective.metrics), "directions": list(objective.directions),
         "points": [{"trial": n, "values": v} for n, v in points if v is not None][-PARALLEL_LINES:],
+        "trials": sum(v is not None for _, v in points),
         "log_scale": {m: _spans_decades([v[m] for _, v in points if v is not None]) for m in objective.metrics},
     }
 
@@ -111,10 +114,10 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
     stopped = record.settings.get("stop_at_near_optimal", False)
     campaigns = [] if stopped else history.comparison_campaigns(comparison_id)
     seeds = _seed_campaigns(campaigns)
-    means = _table_means(record.runner_settings, objective.get("metric"), campaigns) if seeds else None
-    for label, campaigns in seeds.items():
+    means, gone = _table_means(record.runner_settings, objective.get("metric"), campaigns) if seeds else (None, None)
+    for label, ids in seeds.items():
         curves = []
-        for campaign_id in campaigns:
+        for campaign_id in ids:
             if means is None:  # the table is gone: the best values seen
                 curve = convergence(history.outcomes(campaign_id), direction).best
             else:  # the trials, read once: their outcomes for the curve, their configurations for the means
@@ -148,6 +151,7 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
         # what the curve is of: each seed's reported configuration at its table mean, or (the table gone) its
         # best value seen
         "best_so_far_of": "table mean" if means is not None else "best value seen",
+        "table_error": gone,  # why the seeds' best could not be judged by their table
         "log_scale": _spans_decades([v for c in best_so_far.values() for v in c if v is not None]),
         "empty": None if results else f"the comparison is {record.state}: its results come when every seed has run",
     }
@@ -155,14 +159,14 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
 
 # --- helpers ----------------------------------------------------------------------------------------
 def _table_means(runner_settings: dict[str, Any], metric: str | None,
-                 campaigns: list[CampaignView]) -> dict[Config, float] | None:
-    """The comparison's table: each configuration's mean, the truth its seeds are judged by; None if the
-    table can no longer be read or has changed since the seeds replayed it."""
+                 campaigns: list[CampaignView]) -> tuple[dict[Config, float] | None, str | None]:
+    """The comparison's table: each configuration's mean, the truth its seeds are judged by; or None and
+    why not (the table can no longer be read, or has changed since the seeds replayed it)."""
     try:
         runner = replayed_table(runner_settings, [table_digest(c) for c in campaigns])
-    except TableGone:
-        return None
-    return runner.table.means(metric)
+    except TableGone as e:
+        return None, str(e)
+    return runner.table.means(metric), None
 
 
 def _best_trials(conv: Any) -> list[int | None]:
