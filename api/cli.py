@@ -36,7 +36,6 @@ from api.common import (
     err,
     executor_for,
     open_history,
-    shown_url,
     pairs,
     runner_settings,
     show_dry_run,
@@ -48,7 +47,7 @@ from runners.tables import TableWarning
 from search_spaces import format_config, list_spaces, load_space
 from tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
 from tuner.campaign import WARM_STARTS
-from tuner.schema import SchemaError, check_url, make_engine, upgrade_schema
+from tuner.schema import SchemaError, check_url, make_engine, shown_url, upgrade_schema
 
 app = typer.Typer(
     add_completion=False,
@@ -388,7 +387,7 @@ def db_upgrade(db: DbOption = None) -> None:
         before, after = upgrade_schema(engine)
     finally:
         engine.dispose()
-    where = engine.url.render_as_string(hide_password=True)
+    where = shown_url(engine.url)
     if before == after:
         console.print(f"{where}: schema revision {after}, already the newest", highlight=False)
     else:

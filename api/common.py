@@ -47,9 +47,6 @@ def database_url(db: str | None) -> str:
     return db or Settings().database_url
 
 
-_SLOT = "storetunepasswordslot"  # letters only: the URL keeps it as it is
-
-
 def db_flag(db: str | None) -> str:
     """`` --db URL`` for a printed command, quoted for the shell; empty for the default history. A URL from
     $STORETUNE_DATABASE_URL is named too (the variable may have been set for this command only), unless it
@@ -58,32 +55,12 @@ def db_flag(db: str | None) -> str:
     as the password itself and failed to log in."""
     import shlex
 
-    from sqlalchemy.engine import make_url
+    from tuner.schema import has_password, shown_url
 
-    url = make_url(database_url(db))
-    secret = _has_password(url)
-    if db is None and (url.render_as_string(hide_password=False) == default_database_url() or secret):
+    url = database_url(db)
+    if db is None and (url == default_database_url() or has_password(url)):
         return ""
-    return f" --db {shlex.quote(_masked(url, '<password>'))}"
-
-
-def shown_url(url: str) -> str:
-    """A history URL to print: its password, if any (in the URL or as a ``password`` query), as ``***``."""
-    from sqlalchemy.engine import make_url
-
-    return _masked(make_url(url), "***")
-
-
-def _has_password(url: Any) -> bool:
-    return bool(url.password) or "password" in url.query
-
-
-def _masked(url: Any, mark: str) -> str:
-    if url.password:
-        url = url.set(password=_SLOT)
-    if "password" in url.query:
-        url = url.update_query_dict({"password": _SLOT})
-    return url.render_as_string(hide_password=False).replace(_SLOT, mark)
+    return f" --db {shlex.quote(shown_url(url, '<password>'))}"
 
 
 def open_history(db: str | None, *, migrate: bool) -> History:

@@ -260,7 +260,7 @@ def test_the_services_banner_hides_the_historys_password(postgres_url):
 
     from sqlalchemy.engine import make_url
 
-    from api.common import shown_url
+    from tuner.schema import shown_url
 
     url = make_url(postgres_url).set(password="s3cret-pw").render_as_string(hide_password=False)
     assert shown_url("postgresql://t@db/st?password=s3cret-pw") == "postgresql://t@db/st?password=***"

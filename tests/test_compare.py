@@ -265,6 +265,10 @@ def test_the_comparison_tables_say_when_a_median_is_beyond_the_budget(sqlite_url
     data = comparison_data(history, result["comparison"])
     cells = re.findall(r"<td>([^<]*)</td>", comparison_tables(data))
     assert cells[:3] == ["random", "more than 3", str(a["censored"])]
+    # exactly half the seeds found one: the median averages a find with the budget + 1 stand-in
+    half = {**data, "algorithms": {"random": {**data["algorithms"]["random"], "median_evals_to_near_optimal": 2.5,
+                                              "censored": 3}}}
+    assert re.findall(r"<td>([^<]*)</td>", comparison_tables(half))[1] == "at least 2.5"
     title = comparison_figures(data)["success"]["figure"]["layout"]["title"]["text"]
     assert "of the table's best mean" in title and "best found" not in title
     assert "<p id='live'></p>" in page(data, plotly_src="plotly.js", live="/comparisons/1/report.json")

@@ -22,7 +22,7 @@ from search_spaces import Config, config_hash
 from tuner.models import (
     CampaignRecord, ComparisonRecord, FingerprintRecord, MeasurementRecord, TrialRecord, utcnow,
 )
-from tuner.schema import check_schema, make_engine, refuse_a_missing_file, upgrade_schema
+from tuner.schema import check_schema, make_engine, refuse_a_missing_file, shown_url, upgrade_schema
 from tuner.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
 
 class History:
@@ -36,7 +36,7 @@ class History:
         if not migrate:
             refuse_a_missing_file(url)
         self.engine = make_engine(url)
-        self.url = self.engine.url.render_as_string(hide_password=True)
+        self.url = shown_url(self.engine.url)
         try:
             if migrate:
                 upgrade_schema(self.engine)

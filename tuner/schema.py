@@ -115,13 +115,32 @@ def _revisions() -> tuple[str, frozenset[str]]:
     return head, frozenset(s.revision for s in script.walk_revisions())
 
 
+_SLOT = "storetunepasswordslot"  # letters only: a URL keeps it as it is
+
+
+def shown_url(url: Any, mark: str = "***") -> str:
+    """A history URL (a string or SQLAlchemy's URL) to print, its password as ``mark``: the one in the URL
+    and a ``password`` query parameter (psycopg takes either), which ``hide_password`` leaves in clear."""
+    url = make_url(url) if isinstance(url, str) else url
+    if url.password:
+        url = url.set(password=_SLOT)
+    if "password" in url.query:
+        url = url.update_query_dict({"password": _SLOT})
+    return url.render_as_string(hide_password=False).replace(_SLOT, mark)
+
+
+def has_password(url: Any) -> bool:
+    url = make_url(url) if isinstance(url, str) else url
+    return bool(url.password) or "password" in url.query
+
+
 def schema_revision(connection: Connection) -> str | None:
     """The revision the database's schema is at (None: no StoreTune schema); one this code does not
     know is a ``SchemaError``."""
     current = MigrationContext.configure(connection).get_current_revision()
     head, known = _revisions()
     if current is not None and current not in known:
-        url = connection.engine.url.render_as_string(hide_password=True)
+        url = shown_url(connection.engine.url)
         raise SchemaError(f"the history at {url} has schema revision {current}, newer than this StoreTune knows "
                           f"(its newest is {head}): upgrade StoreTune")
     return current
@@ -158,7 +177,7 @@ def check_schema(engine: Engine) -> str:
     head, _ = _revisions()
     with engine.connect() as connection:
         current = schema_revision(connection)
-    url = engine.url.render_as_string(hide_password=True)
+    url = shown_url(engine.url)
     if current is None:
         raise SchemaError(f"no history at {url}: the database has no StoreTune schema (a campaign creates it, "
                           f"or `{UPGRADE_COMMAND}`)")
