@@ -128,7 +128,7 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _last(pareto: dict[str, Any]) -> str:
-    shown, of = len(pareto["points"]), pareto.get("trials", len(pareto["points"]))
+    shown, of = len(pareto["points"]), pareto["trials"]
     return f" (the last {shown:,} of {of:,})" if shown < of else ""
 
 

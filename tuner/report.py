@@ -35,14 +35,15 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     from tuner.importance import common_values, importance
 
     record = history.campaign(campaign_id)
-    trials = history.trials(campaign_id)
+    # an objective over several metrics is read from the measurements (the lexicographic best, the Pareto set)
+    trials = history.trials(campaign_id, measurements=bool(record.objective))
     direction = record.objective_direction
     names = [p["name"] for p in record.space["parameters"]]
     finished = [t for t in trials if Status(t.status).terminal]
     scored = [t for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
     best = history.best_trial(campaign_id, direction, record.adaptive)
     if (record.objective or {}).get("kind") == "rank":  # the lexicographic best, read from the measurements
-        best = campaign_best(record, history.trials(campaign_id, measurements=True))
+        best = campaign_best(record, trials)
     curve = campaign_convergence(history, record)
     values = [t.value for t in scored]
     out: dict[str, Any] = {
@@ -73,7 +74,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         out["importance"] = {"error": str(e)}
     out["parallel"] = _parallel(scored, names, seed, direction)
     if record.objective:
-        _several(out, history, record)
+        _several(out, record, trials)
     return out
 
 
@@ -82,7 +83,7 @@ SCORES = {"weighted": "weighted score", "rank": "lexicographic score", "pareto":
 BESTS = {"weighted": "best weighted score", "rank": "lexicographic best (its score)", "pareto": "best equal-weight score"}
 
 
-def _several(out: dict[str, Any], history: History, record: Any) -> None:
+def _several(out: dict[str, Any], record: Any, measured: list[Any]) -> None:
     """An objective over several metrics: the one value the figures draw is a score of them, and says so;
     a Pareto campaign adds its set, its hypervolume and every succeeded trial's metrics (what it is about)."""
     from tuner.objective import MultiObjective, trial_means
@@ -92,7 +93,6 @@ def _several(out: dict[str, Any], history: History, record: Any) -> None:
     out["objective"].update(score=SCORES[objective.kind], best=BESTS[objective.kind], of=list(objective.metrics))
     if objective.kind != "pareto":
         return
-    measured = history.trials(record.id, measurements=True)
     points = [(t.number, trial_means(t, objective.metrics)) for t in measured if t.status == Status.SUCCEEDED.value]
     out["pareto"] = {
         **pareto_set(measured, objective), "metrics": list(objective.metrics), "directions": list(objective.directions),
