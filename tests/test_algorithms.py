@@ -265,6 +265,32 @@ def test_bo_revisiting_rarely_measured_values_frees_a_stall_on_7z():
     assert make_tuner("bo", bdbc, seed=0, direction="min", params={"revisit_after": 5}).revisit_after == 5
 
 
+def test_bo_can_also_encode_small_ordinals_one_hot():
+    """``bo:ordinal_onehot`` gives an ordinal of 3 to that many values one column per value beside its
+    position (7z's Xval: six values, the last good one before a cliff); binary and longer ordinals keep their
+    position only, and unset the model's inputs are the space's encoding itself. ``auto`` passes it to BO."""
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/7z.csv"))})
+    space, means = runner.space, runner.table.means(runner.table.default_metric)
+    configs = list(means)[:40]
+    plain = make_tuner("bo", space, seed=0, direction="min")
+    assert np.array_equal(plain._encode_many(configs), space.encode_many(configs))
+    bo = make_tuner("bo", space, seed=0, direction="min", params={"ordinal_onehot": 8})
+    X = bo._encode_many(configs)
+    values = space["Xval"].values
+    assert X.shape == (40, space.width + len(values))  # Files (11) and BlockSize (13) get no columns
+    assert np.array_equal(X[:, : space.width], space.encode_many(configs))
+    assert [values[i] for i in X[:, space.width:].argmax(axis=1)] == [c["Xval"] for c in configs]
+    assert np.all(X[:, space.width:].sum(axis=1) == 1)
+    for _ in range(12):  # the kernel is fitted on the wider inputs: a length scale per column
+        config = bo.ask(1)[0]
+        bo.tell(config, means[config])
+    assert len(bo._optimizer.models[-1].kernel_.k1.k2.length_scale) == space.width + len(values)
+    auto = make_tuner("auto", space, seed=0, direction="min", params={"bo_ordinal_onehot": 8})
+    assert auto.members[auto.names.index("bo")].params.ordinal_onehot == 8
+    with pytest.raises(ValueError):
+        make_tuner("bo", space, seed=0, direction="min", params={"ordinal_onehot": -1})
+
+
 def test_auto_warm_starts_its_members_with_losses_when_the_metric_is_maximised():
     """Members minimise; a warm start of throughputs must reach them as losses, or they would seek the worst."""
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})

@@ -80,6 +80,10 @@ class Params:
         f"a rarely measured value next to the best (0: never; unset: {LARGE_SPACE_REVISIT_AFTER} on a finite "
         f"space of more than {LIST_LIMIT:,} configurations, else 0)")
     revisit_every: Annotated[int, Field(ge=1)] = 2
+    # an ordinal of 3 to this many values is also encoded one-hot, beside its position: the kernel keeps its
+    # smoothness and gains a length scale per value, so that one value can differ from its neighbours (7z's
+    # Xval 4, the last before a cliff, 10% better than 2). 0: positions only (bench/SEARCH.md, "Ordinals one-hot too")
+    ordinal_onehot: Annotated[int, Field(ge=0)] = 0
 
 
 class BayesianOptimization(Tuner):
@@ -93,7 +97,10 @@ class BayesianOptimization(Tuner):
         if self.params.doubt_after and (self.params.acq != "EI" or self.params.surrogate != "gp"):
             raise ValueError("bo:doubt_after averages the expected improvement of two Gaussian processes: "
                              "it needs acq=EI and surrogate=gp")
-        width = space.width
+        # the ordinals that are also encoded one-hot (``ordinal_onehot``), each with its values' columns
+        self._hot = [(p.name, p.default, {v: i for i, v in enumerate(p.values)}) for p in space.parameters
+                     if p.kind is Kind.ORDINAL and 2 < len(p.values) <= self.params.ordinal_onehot]
+        self._width = width = space.width + sum(len(where) for _, _, where in self._hot)
         self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
             length_scale=np.ones(width), length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
         ) + WhiteKernel(1e-2, (1e-6, 1e0))
@@ -112,7 +119,7 @@ class BayesianOptimization(Tuner):
         if space.finite and space.cardinality() <= LIST_LIMIT:
             self._members = list(space.enumerate())
             self._index = {c: i for i, c in enumerate(self._members)}
-            self._encoded = space.encode_many(self._members)
+            self._encoded = self._encode_many(self._members)
             self._unmeasured = np.ones(len(self._members), dtype=bool)
         self._neighbours: dict[Config, list[Config]] = {}
         self._stalled_asks = 0
@@ -134,6 +141,17 @@ class BayesianOptimization(Tuner):
             random_state=self.seed,
         )
 
+    def _encode_many(self, configs: list[Config]) -> np.ndarray:
+        """The model's inputs: the space's [0, 1] encoding, then the one-hot columns of ``ordinal_onehot``."""
+        if not configs:
+            return np.empty((0, self._width))
+        columns = [self.space.encode_many(configs)]
+        for name, default, where in self._hot:
+            hot = np.zeros((len(configs), len(where)))
+            hot[np.arange(len(configs)), [where[c.get(name, default)] for c in configs]] = 1.0
+            columns.append(hot)
+        return np.hstack(columns)
+
     # --- tell -------------------------------------------------------------------------------------
     def _tell(self, observation: Observation) -> None:
         if observation.config in self._index:
@@ -151,14 +169,14 @@ class BayesianOptimization(Tuner):
             self._optimizer.base_estimator_ = self._estimator(fit_hyperparameters=refit)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            self._optimizer.tell(list(self.space.encode(observation.config)), y)
+            self._optimizer.tell(list(self._encode_many([observation.config])[0]), y)
         if refit and self._optimizer.models and self.params.surrogate == "gp":
             self._kernel = self._optimizer.models[-1].kernel_
             self._fitted_at = n
 
     def _retell(self, old: Observation, new: Observation) -> None:
         """A re-measured configuration's new mean replaces its target; the surrogate sees it at its next fit."""
-        x = list(self.space.encode(new.config))
+        x = list(self._encode_many([new.config])[0])
         rows = [i for i, xi in enumerate(self._optimizer.Xi) if list(xi) == x]
         if not rows:
             return
@@ -269,7 +287,7 @@ class BayesianOptimization(Tuner):
                 if c not in seen and not self.known(c):
                     out.append(c)
                     seen.add(c)
-        return out, self.space.encode_many(out)
+        return out, self._encode_many(out)
 
     def _local(self) -> list[Config]:
         """The unmeasured neighbours of the best configurations measured so far."""

@@ -55,6 +55,7 @@ class Params:
     top: Annotated[float, Field(gt=0, le=1)] = 1.0
     # BO's acquisition as a member; PI as the lead's was tried and not kept (bench/SEARCH.md, "A greedier lead")
     bo_acq: Literal["EI", "PI", "LCB"] = "EI"
+    bo_ordinal_onehot: Annotated[int, Field(ge=0)] = 0  # BO's ordinal_onehot as a member
 
     @field_validator("members")
     @classmethod
@@ -83,7 +84,8 @@ class Portfolio(Tuner):
 
         self.names = self.params.members.split(",")
         # BO's own random start would follow the shared one: it is the shared one (BO models from then on)
-        bo = {"acq": self.params.bo_acq, "initial_points": self.params.initial_points}
+        bo = {"acq": self.params.bo_acq, "initial_points": self.params.initial_points,
+              "ordinal_onehot": self.params.bo_ordinal_onehot}
         self.members: list[Tuner] = [
             make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min", params=bo if name == "bo" else None)
             for i, name in enumerate(self.names)
