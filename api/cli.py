@@ -35,10 +35,12 @@ from api.common import (
     db_flag,
     err,
     executor_for,
+    interrupted_status,
     open_history,
     pairs,
     runner_settings,
     show_dry_run,
+    stop_on_signals,
     table_settings,
 )
 from api.progress import CampaignProgress
@@ -93,6 +95,7 @@ def main() -> None:
             shown(message, category, *args, **kwargs)
 
     warnings.showwarning = show
+    stop_on_signals()
     try:
         app()
     except HostUnavailable as e:  # the host, not a configuration (before OSError: a refused lock file is both)
@@ -109,7 +112,7 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(interrupted_status())
 
 
 # what a resumed campaign keeps from its creation; the rest says how to run it now
@@ -233,7 +236,7 @@ def tune(
                 summary = campaign.run(on_trial=progress.update)
         except KeyboardInterrupt:
             err.print(f"interrupted: campaign {record.id} stopped; {kept}{again}", highlight=False, soft_wrap=True)
-            sys.exit(130)
+            sys.exit(interrupted_status())
         except HostUnavailable as e:
             err.print(f"[bold red]error:[/] {escape(str(e.__cause__ or e))}. Campaign {record.id} stopped; no "
                       f"configuration is blamed; {kept}{escape(again)}", highlight=False, soft_wrap=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -18,6 +19,30 @@ from runners import RunnerSettings, make_runner, parse_settings, settings_model
 from runners.settings import DeviceSettings
 from search_spaces import Config, format_config
 from tuner import CampaignSpec, History
+
+# SIGTERM and SIGHUP (kill, timeout, systemd, a closed terminal) stop a command as Ctrl-C does. Left to Python's
+# defaults they ended it on the spot: fio kept running on a mounted loop device until the next start reaped it,
+# and the campaign read "running".
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_stopped_by: list[int] = []
+
+
+def stop_on_signals() -> None:
+    """Make SIGTERM and SIGHUP a KeyboardInterrupt, as SIGINT is: a device run is torn down, an interrupted
+    campaign is recorded and says how to resume. Only the first raises; a second must not cut the teardown short."""
+    def stop(signum: int, _frame: object) -> None:
+        if not _stopped_by:
+            _stopped_by.append(signum)
+            raise KeyboardInterrupt
+
+    for number in STOP_SIGNALS:
+        signal.signal(number, stop)
+
+
+def interrupted_status() -> int:
+    """The exit status of a stopped command, as a shell reports a signal: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + (_stopped_by[0] if _stopped_by else signal.SIGINT)
+
 
 # typer (0.29) prints a type beside every option, <bool> beside flags that take no value: by hand,
 # because typer has no setting for it, flags show none.

@@ -19,6 +19,7 @@ from api.common import (
     console,
     err,
     executor_for,
+    interrupted_status,
     open_history,
     table_settings,
 )
@@ -72,7 +73,7 @@ def compare(
     except KeyboardInterrupt:  # recorded as interrupted by the run; it used to end without a word
         err.print(f"interrupted: comparison {comparison.id} stopped; the seeds it finished are in the history, "
                   "but a comparison does not resume: run it again", highlight=False, soft_wrap=True)
-        sys.exit(130)
+        sys.exit(interrupted_status())
     except Exception as e:  # not left "running" for ever: failed, with why
         history.finish_comparison(comparison.id, "failed", None, f"{type(e).__name__}: {e}")
         raise
