@@ -55,7 +55,7 @@ class DeviceSettings(RunnerSettings):
                         description="'loop' (a loop device StoreTune creates) or an allow-listed block device.")
     allow_device: list[str] = Field(default_factory=list, description="Block devices StoreTune may format.")
     engine: Literal["fio", "filebench"] = Field("fio", description="fio, or filebench if it is on PATH.")
-    runtime_s: float = Field(10.0, gt=0, le=86_400, description="Seconds each benchmark runs.")
+    runtime_s: float = Field(10.0, gt=0, le=86_400, description="Seconds each benchmark runs: a whole number, 1 or more.")
     timeout_s: float | None = Field(None, gt=0, description="Seconds before a run is TIMEOUT (default: 3x runtime + setup).")
     loop_dir: str = Field("/var/tmp/storetune", min_length=1, description="Where the loop device's sparse file goes.")
     loop_size_mib: int = Field(1024, ge=300, description="Size of the loop device (mkfs.xfs needs 300 MiB).")
@@ -64,6 +64,17 @@ class DeviceSettings(RunnerSettings):
                              "measurement.")
     dirty_limit_mib: int = Field(0, ge=0, description="The host's dirty page-cache limit during a run (vm.dirty_bytes;"
                                  " a quarter of it is vm.dirty_background_bytes), restored after; 0 leaves the host's.")
+
+
+    @field_validator("runtime_s")
+    @classmethod
+    def _whole_seconds(cls, value: float) -> float:
+        # fio reads runtime=1.9s as 1 s and 0.2s as none at all (every run then fails, and its configuration is
+        # blamed); Filebench's `run` takes whole seconds too
+        if value < 1 or not float(value).is_integer():
+            raise ValueError(f"fio and Filebench run for whole seconds: give 1 or more, e.g. {max(1, round(value))}, "
+                             f"not {value:g}")
+        return value
 
 
 class AdmissionSettings(RunnerSettings):
@@ -113,5 +124,7 @@ def one_line(error: ValidationError) -> str:
         message = problem["msg"]
         if problem["type"] == "extra_forbidden":
             message = "not a setting of this runner"
+        elif problem["type"] == "value_error":  # a validator's own sentence, without pydantic's prefix
+            message = str(problem.get("ctx", {}).get("error", message))
         parts.append(f"{where}: {message}")
     return "; ".join(parts)

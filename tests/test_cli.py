@@ -115,6 +115,9 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--runner", "device", "--runtime", "-1", "--dry-run"], "device runner: runtime_s: Input should be "
                                                                           "greater than 0"),
         (["tune", "--runner", "device", "--workload", "tpcc", "--dry-run"], "device runner: workload: Input should be"),
+        # a dry run on a named device printed a traceback per evaluation and exited 0 (a newcomer trial)
+        (["tune", "--runner", "device", "--device", "/dev/loop0", "--dry-run"],
+         "/dev/loop0 is not allow-listed (allowed: nothing); name it with --allow-device /dev/loop0"),
         (["tune", "--runner", "command", "--space", "storage_v1"], "command runner: command: Field required"),
         # a command that cannot start used to fail the whole budget and exit 0
         (["tune", "--runner", "command", "--space", "storage_v1", "--metric", "x", "--command", "/nonexistent/bench"],

@@ -33,6 +33,22 @@ def test_the_device_settings_have_one_set_of_defaults():
     assert runner.runtime_s == DeviceSettings().runtime_s and str(runner.loop_dir) == DeviceSettings().loop_dir
 
 
+@pytest.mark.parametrize("runtime", [0.2, 1.9, 2.5])
+def test_a_device_run_lasts_whole_seconds(tmp_path, runtime):
+    """fio reads runtime=1.9s as 1 s and 0.2s as no runtime at all: every run failed and its configuration was
+    blamed, with exit status 0. A runtime that is not a whole number of seconds is refused before anything runs,
+    in one line, and nothing is written."""
+    with pytest.raises(ValueError, match=r"^device runner: runtime_s: fio and Filebench run for whole seconds: "
+                                         r"give 1 or more, e\.g\. \d+, not " + str(runtime) + "$"):
+        make_runner("device", dry_run=True, echo=lambda _line: None, runtime_s=runtime)
+    db = tmp_path / "h.sqlite"
+    out = run_cli("tune", "--runner", "device", "--runtime", str(runtime), "--budget", "1", "--dry-run",
+                  db=f"sqlite:///{db}")
+    assert out.returncode == 2 and "whole seconds" in out.stderr and "Traceback" not in out.stderr
+    assert not db.exists()
+    assert make_runner("device", dry_run=True, echo=lambda _line: None, runtime_s=2.0).runtime_s == 2
+
+
 class Exploding(RunnerBase):
     name = "exploding"
 

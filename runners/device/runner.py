@@ -96,6 +96,8 @@ class DeviceRunner(RunnerBase):
             self.target()  # set the device up now: its errors come before a campaign writes anything
             if device != "loop":
                 self._check_room(device, self.target().describe().get("device_size_bytes"))
+        elif device != "loop":  # checked as a real run would (allow-listed, unmounted), which changes nothing
+            self.target()
         # a job version joins the workload's fingerprint only past 1: campaigns started before versions
         # existed (Filebench's, whose job files never changed) keep their fingerprint and resume
         version = job_version(engine, workload)
