@@ -144,7 +144,8 @@ def runner_settings(runner: str, options: dict[str, Any]) -> RunnerSettings:
     stray = [k for k in given if k not in model.model_fields and k not in CAMPAIGN_OPTIONS]
     if stray:
         flag = FLAGS.get(stray[0], "--" + stray[0].replace("_", "-"))
-        takes = ", ".join(FLAGS.get(k, "--" + k.replace("_", "-")) for k in model.model_fields)
+        # only the settings this command offers (tune sets no admission --epochs: the REST API does)
+        takes = ", ".join(FLAGS.get(k, "--" + k.replace("_", "-")) for k in model.model_fields if k in options)
         raise UserError(f"{flag} does not apply to the {runner} runner; it takes {takes}")
     return parse_settings(runner, {k: v for k, v in given.items() if k in model.model_fields})
 

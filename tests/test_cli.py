@@ -112,6 +112,9 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--dataset", "{bdbc}", "--algorithm", "bo", "--param", "acq=XX"], "bo:acq='XX': Input should be"),
         (["tune", "--dataset", "{bdbc}", "--parallel", "0"], "--parallel must be at least 1, not 0"),
         (["tune", "--dataset", "{bdbc}", "--workload", "varmail"], "--workload does not apply to the dataset runner"),
+        # it listed --train, --validation, --seed, --epochs and --format, which tune does not have (a newcomer trial)
+        (["tune", "--runner", "admission", "--trace", "t.csv", "--workload", "varmail"],
+         "--workload does not apply to the admission runner; it takes --trace, --space, --replica-cost-us"),
         (["tune", "--runner", "device", "--runtime", "-1", "--dry-run"], "device runner: runtime_s: Input should be "
                                                                           "greater than 0"),
         (["tune", "--runner", "device", "--workload", "tpcc", "--dry-run"], "device runner: workload: Input should be"),

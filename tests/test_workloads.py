@@ -148,6 +148,10 @@ def test_recommend_ranks_known_workloads_by_distance_with_their_near_optimal_con
     assert {(c["config"]["fs"], c["config"]["depth"]) for c in near.near_optimal} == expected
     # reader's best (a, 4) measured on writer is not near-optimal there, and the other way round
     assert found.transfer["checked"] == 2 and found.transfer["near_optimal"] == 0
+    # a metric no campaign was tuned for said "has no fingerprinted workload ...: measure some first" (a newcomer trial)
+    with pytest.raises(NoHistory, match=r"^no fingerprinted workload in the history at .* was tuned for lat_p99_us; "
+                                        r"2 were, for ops_per_s: give --metric ops_per_s, or leave --metric out$"):
+        recommend(history, WORKLOADS["reader2"][0], metric="lat_p99_us")
 
 
 @pytest.mark.parametrize("algorithm", SEARCH_ALGORITHMS)

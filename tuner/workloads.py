@@ -117,8 +117,13 @@ def recommend(history: History, features: Mapping[str, Any], space: SearchSpace 
     if not 0 < within <= 1:
         raise ValueError(f"within must be in (0, 1], not {within}")
     known, metric = known_workloads(history, space, metric, exclude)
+    where = f" on the parameters of {space.name}" if space is not None else ""
+    if not known and metric:  # there may be some, tuned for another metric: say so, not "measure some first"
+        others, usual = known_workloads(history, space, None, exclude)
+        if others:
+            raise NoHistory(f"no fingerprinted workload in the history at {history.url} was tuned for {metric}{where}; "
+                            f"{len(others)} were, for {usual}: give --metric {usual}, or leave --metric out")
     if not known:
-        where = f" on the parameters of {space.name}" if space is not None else ""
         raise NoHistory(f"the history at {history.url} has no fingerprinted workload with measured configurations"
                         f"{where}: measure some first (storetune sweep on a device, or storetune tune on a dataset "
                         "whose workloads are fingerprinted, e.g. --dataset datasets/loop-storage-v3), and fingerprint "
