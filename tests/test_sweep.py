@@ -53,7 +53,7 @@ def test_sweep_exports_a_dataset_the_dataset_runner_replays(tmp_path, monkeypatc
     again = run_sweep(history, spec)  # finished: nothing is measured again
     assert json.loads(again.read_text())["rows"] == manifest["rows"]
     other = SweepSpec(**{**spec.__dict__, "repeats": 3})
-    with pytest.raises(ValueError, match="holds a sweep with other settings"):
+    with pytest.raises(ValueError, match=r"holds a sweep with other settings: repeats 2 \(now 3\); choose another"):
         run_sweep(history, other)
 
     measured = {t.id for t in history.trials(manifest["campaigns"]["varmail"])}

@@ -287,7 +287,12 @@ def _check_extension(spec: SweepSpec, old: dict[str, Any], grid: list[Any]) -> N
     wanted = spec.settings()
     if {k: v for k, v in old.items() if k != "per_stratum"} != {k: v for k, v in wanted.items() if k != "per_stratum"} \
             or wanted["per_stratum"] <= old.get("per_stratum", 0):
-        raise ValueError(f"{spec.out} holds a sweep with other settings ({old}); choose another --out, repeat that "
+        # name what differs: the whole dict of both hid the one setting that did (a newcomer trial)
+        differ = ", ".join(f"{k} {old.get(k)!r} (now {wanted.get(k)!r})" for k in sorted(set(old) | set(wanted))
+                           if k != "per_stratum" and old.get(k) != wanted.get(k))
+        if not differ:
+            differ = f"per_stratum {old.get('per_stratum')!r} (now {wanted['per_stratum']!r}, which does not extend it)"
+        raise ValueError(f"{spec.out} holds a sweep with other settings: {differ}; choose another --out, repeat that "
                          "sweep's settings to resume it, or raise only --per-stratum to extend it")
     previous = GridSearch(load_space(spec.space), seed=spec.seed, direction="max",
                           params={"per_stratum": old["per_stratum"]}).grid
