@@ -191,6 +191,7 @@ def show_dry_run(spec: CampaignSpec, evaluations: int = DRY_RUN_EVALUATIONS) -> 
     if "dry_run" not in inspect.signature(cls).parameters:
         raise UserError(f"--dry-run is for the device runner; the {spec.runner} runner changes nothing anyway")
     runner = make_runner(spec.runner, spec.runner_settings, dry_run=True, echo=literal)
+    getattr(runner, "check_device", lambda: None)()  # a refused device: one line, before any command
 
     def announce(number: int, config: Config) -> None:
         console.print(f"[bold]# evaluation {number + 1}: {escape(format_config(config))}[/]")

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import platform
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -183,3 +184,15 @@ def host_environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }
+
+
+def kill_group(proc: Any) -> None:
+    """Kill a benchmark's whole process group (it runs in its own session) and reap it, after an interruption.
+    A Ctrl-C that lands inside ``communicate()`` can leave the Popen half set up, so that a second
+    ``communicate()`` raises AttributeError (CPython; CI saw it swallow a Ctrl-C): then it is only waited for."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.communicate()
+    except Exception:
+        proc.wait()
+

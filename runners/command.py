@@ -19,7 +19,7 @@ import subprocess
 import time
 from typing import Any, ClassVar
 
-from runners.base import Direction, Measurement, RunnerBase, Status, Workload, host_environment
+from runners.base import Direction, Measurement, RunnerBase, Status, Workload, host_environment, kill_group
 from runners.settings import CommandSettings
 from search_spaces import Config, load_space
 
@@ -97,8 +97,7 @@ class CommandRunner(RunnerBase):
                 Status.TIMEOUT, f"no result after {self.timeout_s:g} s", env=record, duration_s=self.timeout_s
             )
         except BaseException:  # Ctrl-C, or the worker stopped: its own session does not get the signal
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            kill_group(proc)
             raise
         duration = time.monotonic() - started
         tail = err.strip()[-STDERR_TAIL:]

@@ -147,3 +147,21 @@ def test_resuming_a_cancelled_campaign_withdraws_the_cancel(sqlite_url):
     summary = Campaign.resume(history, campaign.id).run()
     assert (summary.state, summary.evaluated) == ("finished", 6)
     assert history.campaign(campaign.id).cancel_requested is False
+
+
+def test_an_interrupted_benchmark_is_killed_and_reaped_even_if_popen_was_left_half_set_up():
+    """CI saw a Ctrl-C land inside communicate(): the second communicate() of the runner's clean-up raised
+    AttributeError ('_fileobj2output'), which replaced the KeyboardInterrupt, and the campaign went on.
+    kill_group kills the benchmark's session and, if communicate() fails so, waits for it instead."""
+    import subprocess
+
+    from runners.base import kill_group
+
+    proc = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def broken(*_args, **_kwargs):
+        raise AttributeError("'Popen' object has no attribute '_fileobj2output'")
+
+    proc.communicate = broken  # type: ignore[method-assign]
+    kill_group(proc)
+    assert proc.returncode == -9

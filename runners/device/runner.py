@@ -96,8 +96,6 @@ class DeviceRunner(RunnerBase):
             self.target()  # set the device up now: its errors come before a campaign writes anything
             if device != "loop":
                 self._check_room(device, self.target().describe().get("device_size_bytes"))
-        elif device != "loop":  # checked as a real run would (allow-listed, unmounted), which changes nothing
-            self.target()
         # a job version joins the workload's fingerprint only past 1: campaigns started before versions
         # existed (Filebench's, whose job files never changed) keep their fingerprint and resume
         version = job_version(engine, workload)
@@ -274,6 +272,12 @@ class DeviceRunner(RunnerBase):
         self.log.done(entry)
 
     # --- the device -------------------------------------------------------------------------------
+    def check_device(self) -> None:
+        """Refuse a named device as a real run does at its start (not allow-listed, mounted, in use), which
+        changes nothing. A dry run calls it; a Ray driver's dry runner does not: its device is another node's."""
+        if self.device_arg != "loop":
+            self.target()
+
     def target(self) -> Target:
         if self._target is None:
             if self.device_arg == "loop":

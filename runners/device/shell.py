@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runners.base import kill_group
+
 
 @dataclass(frozen=True)
 class Result:
@@ -86,8 +88,7 @@ class Shell:
             proc.communicate()
             raise CommandTimeout(argv, timeout or 0) from None
         except BaseException:  # Ctrl-C: do not leave the benchmark running on the device
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            kill_group(proc)
             raise
         result = Result(tuple(argv), proc.returncode, out, err, time.monotonic() - started)
         if check and not result.ok:
