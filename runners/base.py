@@ -187,7 +187,8 @@ def host_environment() -> dict[str, Any]:
 
 
 def kill_group(proc: Any) -> None:
-    """Kill a benchmark's whole process group (it runs in its own session) and reap it, after an interruption.
+    """Kill a benchmark's whole process group (it runs in its own session) and reap it: after a timeout or an
+    interruption.
     A Ctrl-C that lands inside ``communicate()`` can leave the Popen half set up, so that a second
     ``communicate()`` raises AttributeError (CPython; CI saw it swallow a Ctrl-C): then it is only waited for."""
     os.killpg(proc.pid, signal.SIGKILL)
@@ -195,4 +196,3 @@ def kill_group(proc: Any) -> None:
         proc.communicate()
     except Exception:
         proc.wait()
-

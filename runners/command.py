@@ -14,7 +14,6 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import time
 from typing import Any, ClassVar
@@ -91,8 +90,7 @@ class CommandRunner(RunnerBase):
         try:
             out, err = proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: a benchmark often forks workers
-            proc.communicate()
+            kill_group(proc)  # the whole group: a benchmark often forks workers
             return Measurement.failed(
                 Status.TIMEOUT, f"no result after {self.timeout_s:g} s", env=record, duration_s=self.timeout_s
             )

@@ -65,7 +65,6 @@ class DeviceSettings(RunnerSettings):
     dirty_limit_mib: int = Field(0, ge=0, description="The host's dirty page-cache limit during a run (vm.dirty_bytes;"
                                  " a quarter of it is vm.dirty_background_bytes), restored after; 0 leaves the host's.")
 
-
     @field_validator("runtime_s")
     @classmethod
     def _whole_seconds(cls, value: float) -> float:

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -84,8 +82,7 @@ class Shell:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            kill_group(proc)
             raise CommandTimeout(argv, timeout or 0) from None
         except BaseException:  # Ctrl-C: do not leave the benchmark running on the device
             kill_group(proc)
