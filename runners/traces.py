@@ -91,7 +91,8 @@ def _detect(path: Path, text: str) -> str:
 
 def read_trace(path: str | Path, fmt: str | None = None) -> Trace:
     """Every line checked: its field count, numbers where numbers belong, finite values, operation
-    codes, sizes above 0, offsets and latencies not below 0 (-1: not measured), and arrival times
+    codes, sizes above 0, sizes and offsets in whole 512-byte sectors, offsets and latencies not below 0
+    (-1: not measured), and arrival times
     in order. A coarse clock stamps I/Os that straddle a tick out of order (FlashNet's Tencent
     traces, stamped in whole seconds, go back by 1 s now and then), so a step back of at most one
     tick of the trace's clock is taken as its resolution; a larger one is an error."""
@@ -125,6 +126,7 @@ def read_trace(path: str | Path, fmt: str | None = None) -> Trace:
     if not text.endswith(("\n", "\r")):
         raise TraceError(f"{path}: line {lines[-1]}, the last, has no newline at its end: the file looks cut short")
     a = np.array(rows, dtype=float)
+    _check_sectors(path, fmt, a, np.array(lines))
     _check_order(path, a[:, 0], np.array(lines), "100 ns ticks" if fmt == "msr-csv" else "ms")
     if fmt == "flashnet":  # a replayer's threads submit a little out of order (11 ms at most in the Tencent traces)
         _check_order(path, a[:, 5], np.array(lines), "ms", "ts_submit", SUBMIT_SLACK_MS)
@@ -132,6 +134,21 @@ def read_trace(path: str | Path, fmt: str | None = None) -> Trace:
         a[:, 0] = (a[:, 0] - a[0, 0]) / 1e4
     return Trace(a[:, 0], a[:, 1] == 1, a[:, 2].astype(np.int64), a[:, 3].astype(np.int64), a[:, 4], a[:, 5],
                  a[:, 6].astype(np.int64), source=str(path), line=np.array(lines))
+
+
+SECTOR = 512  # bytes: the block layer's unit; every size and offset of a block trace is a multiple of it
+
+
+def _check_sectors(path: Path, fmt: str, a: np.ndarray, lines: np.ndarray) -> None:
+    """Sizes and offsets in whole sectors. Columns in the wrong order (a FlashNet trace with latency and
+    size swapped) otherwise read as a valid trace of 120-byte I/Os, and train a model on nonsense."""
+    for column, name in ((2, "size"), (3, "offset")):
+        bad = np.flatnonzero(np.mod(a[:, column], SECTOR))
+        if len(bad):
+            i = bad[0]
+            raise TraceError(f"{path}: line {lines[i]}: {fmt} {name} {int(a[i, column])} is not a multiple of "
+                             f"{SECTOR} bytes, as every block I/O's is ({len(bad)} such I/Os): are the columns in "
+                             f"{fmt}'s order, {', '.join(COLUMNS[fmt])}?")
 
 
 COLUMNS = {

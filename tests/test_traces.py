@@ -72,6 +72,11 @@ def test_original_msr_csv(tmp_path):
         ("ts,lat,op,size,offset,sub,sz\n0.000,120,1,4096,0,0.091,4096\n",
          "line 1 is a header, 'ts,lat,op,size,offset,sub,sz': a FlashNet or MSR trace has none"),
         ("timestamp devno offset size op\n0.5 0 0 4096 0\n", "line 1 is a header, 'timestamp devno offset size op'"),
+        # latency and size swapped read as a valid trace of 120-byte I/Os (a newcomer's trial): whole sectors only
+        ("0.000,4096,1,120,4923392,0.091,4096\n0.1,4096,1,130,0,0.1,4096\n",
+         "line 1: flashnet size 120 is not a multiple of 512 bytes, as every block I/O's is \\(2 such I/Os\\): "
+         "are the columns in flashnet's order, ts_record, latency, io_type, size, offset,"),
+        ("0.000 0 0 4096 0\n0.5 0 1000 4096 1\n", "line 2: msr offset 1000 is not a multiple of 512 bytes"),
     ],
 )
 def test_malformed_traces_name_the_line(tmp_path, text, message):
