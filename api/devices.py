@@ -23,6 +23,7 @@ from api.common import (
     WarmupOpt,
     console,
     err,
+    interrupted_status,
     literal,
     open_history,
     runner_settings,
@@ -98,11 +99,10 @@ def _changes(trace: Any, window: int) -> dict[str, Any] | None:
 
 
 def _sweep_dry_run(spec: Any, grid: dict[str, Any]) -> None:
-    hours = grid["benchmark_time_s"] / 3600
     console.print(f"[bold]# sweep into {spec.out}[/]: {grid['configurations']} configurations x "
                   f"{len(grid['workloads'])} workloads ({', '.join(grid['workloads'])}) x {grid['repeats']} repeats = "
-                  f"{grid['benchmark_runs']} benchmark runs of {spec.device.runtime_s:g} s: {hours:.1f} h of "
-                  "benchmark at least, plus mkfs and set-up per run")
+                  f"{grid['benchmark_runs']} benchmark runs of {spec.device.runtime_s:g} s: "
+                  f"{duration(grid['benchmark_time_s'])} of benchmark at least, plus mkfs and set-up per run")
     if grid["jobs_changed"]:
         console.print(f"# the job file of {', '.join(grid['jobs_changed'])} changed since {spec.out} measured it: "
                       + ("measured again (--remeasure), the other workloads kept"
@@ -113,6 +113,15 @@ def _sweep_dry_run(spec: Any, grid: dict[str, Any]) -> None:
                       + ("its settings differ; only a larger --per-stratum extends it, anything else is refused"
                          if grid["settings_differ"] else "the sweep resumes, measuring only what is missing"))
     show_dry_run(grid["first"], evaluations=1)
+
+
+def duration(seconds: float) -> str:
+    """A run's length in the unit a person plans by: 40 s, 12 min, 3.5 h."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def sweep(
@@ -160,18 +169,33 @@ def sweep(
     def started(workload: str, campaign: Campaign) -> None:
         if state.get("progress"):
             state["progress"].__exit__(None, None, None)
+        state["workload"], state["campaign"] = workload, campaign.id
         done = campaign.summary().evaluated
         title = f"sweep {workload} (campaign {campaign.id})"
         state["progress"] = CampaignProgress(err, title, campaign.record.budget, done).__enter__()
 
     try:
         manifest = run_sweep(history, spec, on_trial=lambda r: state["progress"].update(r), on_campaign=started)
+    except KeyboardInterrupt:
+        if state.get("progress"):
+            state["progress"].__exit__(None, None, None)
+            state["progress"] = None
+        where = f" ({state['workload']}: campaign {state['campaign']})" if state.get("campaign") else ""
+        from tuner.schema import shown_url
+
+        err.print(f"interrupted: what was measured is kept in the history {shown_url(history.url, '***')}{where}, "
+                  f"and {spec.out / 'measurements.csv'} is written when the sweep ends: run the same command again "
+                  "(the same --db) to resume, measuring only what is missing", highlight=False, soft_wrap=True)
+        sys.exit(interrupted_status())
     finally:
         if state.get("progress"):
             state["progress"].__exit__(None, None, None)
     console.print(f"dataset: {manifest.parent / 'measurements.csv'}  manifest: {manifest}")
     for workload, n in json.loads(manifest.read_text()).get("noise", {}).items():
-        if n["configurations"]:
+        if not n["configurations"]:
+            console.print(f"{workload}: no configuration was measured twice (--repeats {spec.repeats}), so there is "
+                          "no repeat noise to report")
+        else:
             rho = "n/a" if n["repeat_spearman"] is None else n["repeat_spearman"]
             console.print(f"{workload}: ops/s of {n['configurations']} configurations measured twice or more: "
                           f"median CV {n['median_cv']:.1%} (90th percentile {n['p90_cv']:.1%}), "

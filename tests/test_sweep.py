@@ -183,3 +183,45 @@ def test_a_changed_job_file_is_measured_again_when_asked_and_the_other_workloads
     assert manifest["wall_time_s"]["fileserver"] == pytest.approx(first["measured_wall_time_s"] / 2, abs=0.1)
     assert 0 < manifest["wall_time_s"]["varmail"] and "adopted_wall_time_s" not in manifest
     assert json.loads(run_sweep(fresh, again).read_text())["rows"] == manifest["rows"]  # finished: a no-op
+
+
+def test_an_interrupted_sweep_says_what_is_kept_and_the_same_command_finishes_it(tmp_path):
+    """`storetune sweep` stopped with Ctrl-C used to exit 130 with only its progress bar; with --repeats 1
+    it ended without a word about noise, where the README says each workload's noise is printed."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import ROOT, STORETUNE
+
+    db = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    out = tmp_path / "ds"
+    args = [*STORETUNE, "sweep", "--out", str(out), "--space", "storage_v1", "--workloads", "varmail",
+            "--repeats", "1", "--per-stratum", "1", "--runtime", "1", "--loop-dir", str(tmp_path / "loops"),
+            "--loop-size-mib", "400", "--fileset-mib", "16", "--warmup-runs", "0", "--db", db]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_STATE_DIR": str(tmp_path / "state")}
+    # as a terminal's foreground job, so that SIGINT is not ignored (see test_kill_resume)
+    proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    history, deadline = History(db), time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        campaigns = history.campaigns() if (tmp_path / "h.sqlite").exists() else []
+        if campaigns and history.status_counts(campaigns[0].id).get("SUCCEEDED", 0) >= 1:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: what was measured is kept in the history {db} (varmail: campaign 1), and "
+        f"{out / 'measurements.csv'} is written when the sweep ends: run the same command again (the same --db) "
+        "to resume, measuring only what is missing")
+    kept = history.status_counts(1).get("SUCCEEDED", 0)
+    assert kept >= 1 and not (out / "measurements.csv").exists()
+
+    done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "varmail: no configuration was measured twice (--repeats 1), so there is no repeat noise to report" \
+        in done.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["campaigns"] == {"varmail": 1} and manifest["rows"] == 5
