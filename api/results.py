@@ -29,7 +29,8 @@ def trials(
     if fmt == "table":
         console.print(render.trials_table(record, rows))
     elif fmt == "json":
-        print(json.dumps([_trial_dict(t) for t in rows], default=str))
+        numbers = history.numbers(t.retry_of for t in rows if t.retry_of is not None)
+        print(json.dumps([_trial_dict(t, numbers) for t in rows], default=str))
     elif fmt == "csv":
         names = list(dict.fromkeys(k for t in rows for k in t.config))
         writer = csv.writer(sys.stdout)
@@ -40,9 +41,13 @@ def trials(
         raise UserError(f"--format {fmt!r}: choose table, json or csv")
 
 
-def _trial_dict(t: Any) -> dict[str, Any]:
+def _trial_dict(t: Any, numbers: dict[int, int]) -> dict[str, Any]:
+    """A trial as the CLI shows it: ``retry_of`` is the number of the trial it re-runs, as over REST (the
+    history points at it by database id)."""
     keys = ("number", "status", "value", "reason", "config", "config_hash", "seed", "retry_of", "started_at", "finished_at")
-    return {k: getattr(t, k) for k in keys}
+    out = {k: getattr(t, k) for k in keys}
+    out["retry_of"] = None if t.retry_of is None else numbers.get(t.retry_of)
+    return out
 
 
 def evaluations_to_find(trials: list[Any], top: Any, repeats: int) -> int:

@@ -64,6 +64,10 @@ def check_resumed(db: str, path: Path, budget: int, running_at_kill: int) -> dic
         (retry,) = [t for t in trials if t[4] == s[0]]
         assert retry[3] == s[3] and retry[2] == "SUCCEEDED"
     assert [t[1] for t in trials] == list(range(len(trials)))
+    # the CLI names the trial a retry re-runs by its number, as over REST, not by its database id
+    shown = json.loads(run_cli("trials", "1", "--format", "json", db=db, check=True).stdout)
+    number = {t[0]: t[1] for t in trials}
+    assert [t["retry_of"] for t in shown] == [None if t[4] is None else number[t[4]] for t in trials]
     return summary
 
 
