@@ -236,6 +236,8 @@ def tune(
                 summary = campaign.run(on_trial=progress.update)
         except KeyboardInterrupt:
             err.print(f"interrupted: campaign {record.id} stopped; {kept}{again}", highlight=False, soft_wrap=True)
+            if as_json:  # a script reads where it stopped, and how to go on, from the line it always gets
+                print(json.dumps({**campaign.summary().to_dict(), "resume": again}, default=str))
             sys.exit(interrupted_status())
         except HostUnavailable as e:
             err.print(f"[bold red]error:[/] {escape(str(e.__cause__ or e))}. Campaign {record.id} stopped; no "

@@ -127,11 +127,11 @@ def test_ctrl_c_during_tune_says_how_to_resume(tmp_path: Path, stop: str):
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"
     args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
-            "--metric", "throughput_ops", "--budget", "60", "--db", db]
+            "--metric", "throughput_ops", "--budget", "60", "--db", db, "--json"]
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_SLEEP": "0.3"}
     # as a terminal's foreground job: a test run started in the background (`make test &`) has SIGINT
     # ignored, the child inherits that, and Python then leaves Ctrl-C ignored, as every Unix program should
-    proc = subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started = time.monotonic()
@@ -142,9 +142,12 @@ def test_ctrl_c_during_tune_says_how_to_resume(tmp_path: Path, stop: str):
     else:
         os.kill(proc.pid, number)
     signalled = f"{stop} after {time.monotonic() - started:.1f} s, with {seen.count('SUCCEEDED')} trials succeeded"
-    _, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=60)
     # (once, on a loaded CI machine, all 30 trials of a smaller budget finished first: hence 60, and the count)
     assert proc.returncode == 128 + number, f"{signalled}: {stderr}"
+    stopped = json.loads(stdout.strip().splitlines()[-1])  # --json: the last line says where it stopped, as always
+    assert stopped["state"] == "interrupted" and stopped["resume"] == f"storetune tune --resume 1 --db {db}"
+    assert 1 <= stopped["evaluated"] == statuses(path).count("SUCCEEDED") < 60
     last = stderr.strip().splitlines()[-1]
     script = bench_command(tmp_path).split()[-1]
     left = subprocess.run(["pgrep", "-f", script], capture_output=True, text=True).stdout.split()
