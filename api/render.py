@@ -134,7 +134,10 @@ def importance_table(result: dict) -> Table:
     objective = result["objective"]
     title = (f"campaign {result['campaign']}: what matters for {objective['direction']} {objective['metric']} "
              f"({result['trials']} succeeded trials; OLS R^2 {result['r_squared']:.2f}, forest OOB R^2 "
-             f"{_fmt(result['forest_r2'], '.2f')}, rank agreement {_fmt(result['rank_agreement'], '.2f')})")
+             f"{_fmt(result['forest_r2'], '.2f')}; the two rankings agree at Spearman "
+             f"{_fmt(result['rank_agreement'], '.2f')})")
+    if result.get("forest_caution"):
+        title += f"\n[yellow]{escape(result['forest_caution'])}[/]"
     table = Table(title=title, title_justify="left")
     for column, justify in (("parameter", "left"), ("ANOVA share", "right"), ("p", "right"),
                             ("forest share", "right"), ("strongest level vs baseline", "left")):
@@ -155,8 +158,8 @@ def importance_table(result: dict) -> Table:
                  f"{', '.join(f'{k}={v}' for k, v in fixed.items())}" if fixed
                  else f"on the whole table ({t['configurations']} configurations)")
         table.caption = (f"{where} the ranking is "
-                         f"{', '.join(t['ranking'][:5])}...; agreement with this campaign's: "
-                         f"{_fmt(t['rank_agreement'], '.2f')}")
+                         f"{', '.join(t['ranking'][:5])}...; its Spearman agreement with this campaign's "
+                         f"ANOVA ranking: {_fmt(t['rank_agreement'], '.2f')}")
     return table
 
 

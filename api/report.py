@@ -94,9 +94,10 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
             go.Bar(y=names, x=[p["forest_share"] for p in params], orientation="h", name="random-forest variance share"),
         ], layout=_layout("Which parameters matter", "share of the objective's variance", "parameter",
                           barmode="group", height=max(320, 34 * len(names) + 120)))
-        figures["importance"] = _figure(fig, f"Both methods on the same {imp['trials']} trials (rank agreement "
-                                             f"{_fmt(imp['rank_agreement'])}); a long bar in both is a parameter "
-                                             "worth tuning.")
+        caution = f" Caution: {imp['forest_caution']}." if imp.get("forest_caution") else ""
+        figures["importance"] = _figure(fig, f"Both methods on the same {imp['trials']} trials (their rankings agree "
+                                             f"at Spearman {_fmt(imp['rank_agreement'])}); a long bar in both is a "
+                                             f"parameter worth tuning.{caution}")
         rows = [(p["name"], c) for p in imp["parameters"][:10] for c in p["coefficients"]][:60]
         labels = [f"{name} = {c['level']}" for name, c in rows][::-1]
         estimates = [c["estimate"] for _, c in rows][::-1]

@@ -57,6 +57,29 @@ def test_both_methods_find_the_known_effects_and_the_coefficients_are_right():
     assert a["x"] - a["y"] + k == pytest.approx(13, abs=0.6)  # a=x (+10) with child=k (+3), against a=y
 
 
+def test_a_parameter_that_decides_everything_has_a_forest_share_of_at_most_one():
+    """The forest's marginals average over a sample of rows: one parameter deciding all came out at 1.0014."""
+    rng = np.random.default_rng(0)
+    configs = [{"a": str(rng.choice(["x", "y", "z"])), "b": int(rng.integers(0, 4)), "c": str(rng.choice(["p", "q"]))}
+               for _ in range(int(rng.integers(30, 600)))]
+    values = [{"x": 0, "y": 10, "z": 3}[c["a"]] + 0.01 * c["b"] for c in configs]
+    result = importance(configs, values, ["a", "b", "c"], seed=0)
+    assert result.ranking("forest")[0] == "a"
+    assert all(0 <= p.forest_share <= 1 for p in result.parameters)
+    assert max(p.forest_share for p in result.parameters) > 0.99
+
+
+def test_a_forest_that_predicts_worse_than_the_mean_is_flagged_not_trusted():
+    configs, values = known_effects(n=120, seed=1)
+    assert importance(configs, values, NAMES).to_dict()["forest_caution"] is None
+    noise = list(np.random.default_rng(1).normal(size=len(values)))  # nothing to learn
+    result = importance(configs, noise, NAMES)
+    assert result.forest_r2 < 0
+    assert result.to_dict()["forest_caution"] == (
+        f"the forest predicts worse than the trials' mean (out-of-bag R^2 {result.forest_r2:.2f}): its shares "
+        "describe noise, not the objective; read the ANOVA shares")
+
+
 def test_a_numeric_parameter_inactive_under_its_condition_gets_its_own_n_a_level():
     rng = np.random.default_rng(3)
     configs, values = [], []
@@ -112,6 +135,8 @@ def test_storetune_importance_on_a_replayed_table_compares_with_the_whole_table(
     # BDBC's whole table: encryption and the page size dominate
     assert result["table"]["configurations"] == 2560 and set(result["table"]["ranking"][:2]) == {"hAVE_CRYPTO", "pS"}
     assert -1 <= result["table"]["rank_agreement"] <= 1
+    table = run_cli("importance", str(campaign), db=sqlite_url, check=True).stdout
+    assert "the two rankings agree at Spearman" in table and "its Spearman agreement with this campaign's" in table
 
     missing = run_cli("importance", "999", db=sqlite_url)
     assert missing.returncode == 2 and missing.stderr.strip() == f"error: no campaign 999 in {sqlite_url}"

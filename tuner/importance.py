@@ -70,7 +70,14 @@ class Importance:
     rank_agreement: float | None  # Spearman's rho between the two rankings
 
     def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
+        return json_safe({**asdict(self), "forest_caution": self.forest_caution()})
+
+    def forest_caution(self) -> str | None:
+        """Why the forest's shares say nothing, when its out-of-bag predictions are worse than the mean's."""
+        if math.isfinite(self.forest_r2) and self.forest_r2 < 0:
+            return (f"the forest predicts worse than the trials' mean (out-of-bag R^2 {self.forest_r2:.2f}): its "
+                    "shares describe noise, not the objective; read the ANOVA shares")
+        return None
 
     def ranking(self, method: str = "anova") -> list[str]:
         key = "anova_share" if method == "anova" else "forest_share"
@@ -304,7 +311,9 @@ def _forest(frame: pd.DataFrame, kinds: Mapping[str, str], y: np.ndarray, seed: 
         means = predicted[start:start + len(weights)]
         start += len(weights)
         centre = float(np.dot(weights, means))
-        shares[name] = float(np.dot(weights, (means - centre) ** 2) / total) if total > 0 else 0.0
+        # at most 1: the marginals average over a sample of rows, not the product of the observed values, so a
+        # parameter that explains (nearly) everything came out at 1.001
+        shares[name] = min(1.0, float(np.dot(weights, (means - centre) ** 2) / total)) if total > 0 else 0.0
     return shares, oob
 
 
