@@ -74,6 +74,10 @@ class Runner(Protocol):
         """Warnings about the runner's inputs (a table's), for a caller that cannot show Python's (REST)."""
         ...
 
+    def check_pins(self, fixed: dict[str, Any]) -> None:
+        """Refuse (ValueError) pins under which every configuration would measure the same."""
+        ...
+
     def close(self) -> None:
         """Release what the runner holds (a loop device); it may be used again afterwards."""
         ...
@@ -139,6 +143,9 @@ class RunnerBase:
 
     def notes(self) -> tuple[str, ...]:
         return ()
+
+    def check_pins(self, fixed: dict[str, Any]) -> None:
+        """Every pin leaves something to measure, unless the runner knows otherwise."""
 
     def resources(self) -> dict[str, float]:
         """What one measurement occupies beyond a CPU, as cluster resources: none by default; a disk

@@ -27,6 +27,7 @@ from runners.admission.labels import (
 )
 from runners.admission.simulator import fan_out, jumps, reference_simulate, simulate, time_windows
 from runners.traces import Trace
+from tuner.history import History
 
 TRACE = "flashnet_tencent/tencent.cut.per_50k.rw_60_40.490.trace.csv"
 
@@ -301,6 +302,13 @@ def test_tune_the_admission_space_with_pinned_parameters(sqlite_url):
     assert f"held-out value │ {summary['test_value']:.6g} (the best configuration on the test part)" in " ".join(shown.split())
     bad = run_cli("tune", "--runner", "admission", "--trace", str(shared(TRACE)), "--fix", "replicas=9", db=sqlite_url)
     assert bad.returncode == 2 and "replicas=" in bad.stderr and "allowed: 1 to 5" in bad.stderr
+    # one replica leaves nowhere to fail over to: every configuration would measure the same (newcomer trial)
+    one = run_cli("tune", "--runner", "admission", "--trace", str(shared(TRACE)), "--fix", "replicas=1",
+                  "--budget", "3", db=sqlite_url)
+    assert one.returncode == 2 and one.stderr.strip() == (
+        "error: replicas=1 leaves a read no replica to fail over to, so every configuration measures the same: "
+        "pin 2 or more, or leave replicas to the search")
+    assert [c.id for c in History(sqlite_url).campaigns()] == [summary["campaign"]]  # nothing recorded
 
 
 def test_an_admission_campaign_over_a_file_system_space_is_refused(sqlite_url):

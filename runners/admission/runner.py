@@ -42,6 +42,14 @@ class AdmissionRunner(RunnerBase):
 
         return trace_fingerprint(self.pipeline.trace)
 
+    def check_pins(self, fixed: dict[str, Any]) -> None:
+        """One replica leaves a read nowhere to fail over to: the model, its labels and its threshold change
+        nothing, and a campaign would measure one outcome over and over (in a search, r=1 is a fair point:
+        no failover, the cheapest in replicas)."""
+        if fixed.get("replicas") == 1:
+            raise ValueError("replicas=1 leaves a read no replica to fail over to, so every configuration measures "
+                             "the same: pin 2 or more, or leave replicas to the search")
+
     def metrics(self) -> dict[str, Direction | None]:
         return {"mean_latency_us": "min", "p99_latency_us": "min", "cost_us": "min", "failover_rate": "min"}
 
