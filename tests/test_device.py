@@ -262,6 +262,8 @@ def test_a_file_system_mkfs_refuses_is_invalid(loop_dir):
     if m.status is Status.SUCCEEDED:
         pytest.skip("this mkfs.xfs accepts 16 allocation groups of 18 MiB")
     assert m.status is Status.INVALID and m.reason.startswith("mkfs.xfs refused:")
+    # the device's size is the cause, and the reason says what to change (it named only mkfs's words)
+    assert m.reason.endswith("(on a 300 MiB loop device: a larger --loop-size-mib may let it through)")
 
 
 def test_a_timeout_tears_down(loop_dir):

@@ -15,6 +15,7 @@ import atexit
 import logging
 import os
 import platform
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -64,6 +65,9 @@ PROTOCOL = 2
 SETUP_TIMEOUT_S = 300  # mkfs, mount and fio's file layout on a slow disk
 ASLR = Path("/proc/sys/kernel/randomize_va_space")
 VM = Path("/proc/sys/vm")
+# what mkfs says when the device is too small for the configuration: mkfs.xfs "Log size must be at least 64MB",
+# mkfs.btrfs "is too small to make a usable filesystem", mke2fs "Filesystem too small for a journal"
+SIZE_REFUSAL = re.compile(r"too small|must be at least \d+ ?[kmgt]i?b|minimum size", re.IGNORECASE)
 
 
 class DeviceRunner(RunnerBase):
@@ -182,7 +186,8 @@ class DeviceRunner(RunnerBase):
             mkfs = self.shell.run(plan.mkfs_argv(target.device), check=False, timeout=SETUP_TIMEOUT_S)
             timings["mkfs"] = round(mkfs.duration_s, 3)
             if not mkfs.ok:
-                return self._refused(f"{plan.mkfs[0]} refused: {mkfs.tail()}", env, started)
+                return self._refused(f"{plan.mkfs[0]} refused: {mkfs.tail()}{self._size_hint(mkfs.tail())}", env,
+                                     started)
             mounted = self.log.record("mount", path=str(mountpoint), device=target.device)
             mount = self.shell.run(plan.mount_argv(target.device, str(mountpoint)), check=False, timeout=60)
             timings["mount"] = round(mount.duration_s, 3)
@@ -256,6 +261,13 @@ class DeviceRunner(RunnerBase):
                 self.log.update(entry, restore_failed=True)
             else:
                 self.log.done(entry)
+
+    def _size_hint(self, said: str) -> str:
+        """Where mkfs finds the device too small for the configuration (mkfs.xfs: "Log size must be at least
+        64MB" for agcount=16 on 1 GiB; mkfs.btrfs: "too small"), what to change: the loop device's size."""
+        if self.device != "loop" or not SIZE_REFUSAL.search(said):
+            return ""
+        return f" (on a {self.loop_size_mib} MiB loop device: a larger --loop-size-mib may let it through)"
 
     def _refused(self, reason: str, env: dict[str, Any], started: float) -> Measurement:
         return Measurement.failed(Status.INVALID, reason, env=env, duration_s=time.monotonic() - started)
