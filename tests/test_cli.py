@@ -190,7 +190,7 @@ def test_sweep_dry_run_prints_the_plan_and_touches_nothing(tmp_path: Path, sqlit
                    "--runtime", "2", "--dry-run", db=sqlite_url, check=True)
     first = proc.stdout.splitlines()[0]
     assert first.startswith(f"# sweep into {out}: ") and "x 2 workloads (varmail, oltp) x 1 repeats = " in first
-    assert "benchmark runs of 2 s: 1 min of benchmark at least" in first  # it read "0.0 h"
+    assert "benchmark runs of 2 s: 1 min of benchmark at least" in " ".join(proc.stdout.split())  # it read "0.0 h"
     assert "mkfs." in proc.stdout and "dry run: the commands of the first 1 of" in proc.stdout
     assert not out.exists() and not (tmp_path / "history.sqlite").exists()
 

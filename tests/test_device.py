@@ -340,6 +340,15 @@ def test_dry_run_touches_nothing(loop_dir, capsys):
     assert "fio --output-format=json" in out and "[global]" in out
     assert leftovers(loop_dir) == NOTHING
     assert m.status is Status.SUCCEEDED and m.metrics == {}
+    # the warm-up a real run makes first is shown, not left out (a newcomer trial): two runs, each said
+    warmup, measured = out.index("# warm-up run 1 of 1: this configuration, measured and discarded"), \
+        out.index("# the measured run")
+    assert out[:warmup].count("mkfs.btrfs") == 0 and out[warmup:measured].count("mkfs.btrfs") == 1
+    assert out[measured:].count("mkfs.btrfs") == 1
+    cold = runner(loop_dir, dry_run=True, echo=print, warmup_runs=0)
+    cold.run(cold.space.default(), cold.workload, seed=1)
+    cold.close()
+    assert "warm-up" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("workload", ["fileserver", "varmail", "webserver", "oltp"])

@@ -109,7 +109,7 @@ class DeviceRunner(RunnerBase):
             "nthreads": self.personality.nthreads, "filesize": self.personality.filesize, "protocol": PROTOCOL,
             **jobs,
         })
-        self._warmups = 0 if dry_run else settings.warmup_runs
+        self._warmups = settings.warmup_runs
         self.device = "loop" if device == "loop" else device
         self._versions: dict[str, Any] | None = None
         # seams for a traced run (runners/device/blktrace.py): what wraps the timed run, and fio's extra options
@@ -155,13 +155,17 @@ class DeviceRunner(RunnerBase):
         """One measurement; a runner's first is preceded by its warm-up runs of the same configuration,
         measured and discarded (a configuration the warm-up finds invalid or failing is that result,
         and the next configuration warms up instead)."""
-        warmups = []
+        warmups, planned = [], self._warmups
         while self._warmups:
+            self.shell.note(f"warm-up run {len(warmups) + 1} of {planned}: this configuration, measured and "
+                            "discarded (--warmup-runs)")
             warm = self._measure_once(config, seed=seed)
             if warm.status is not Status.SUCCEEDED:
                 return warm
             self._warmups -= 1
             warmups.append(round(warm.metrics.get("ops_per_s", float("nan")), 1))
+        if planned:
+            self.shell.note("the measured run")
         m = self._measure_once(config, seed=seed)
         return replace(m, env={**m.env, "warmup_ops_per_s": warmups}) if warmups else m
 

@@ -66,6 +66,9 @@ class Shell:
     def __init__(self, log: Any = None):
         self.log = log
 
+    def note(self, line: str) -> None:
+        """A comment on what comes next, for a reader of the dry run; a real run has no reader."""
+
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
         started = time.monotonic()
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -117,6 +120,9 @@ class DryRunShell(Shell):
     def _say(self, line: str) -> None:
         self.commands.append(line)
         self.echo(line)
+
+    def note(self, line: str) -> None:
+        self._say(f"# {line}")
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
         self._say(shlex.join(argv))
