@@ -169,7 +169,6 @@ def sweep(
     def started(workload: str, campaign: Campaign) -> None:
         if state.get("progress"):
             state["progress"].__exit__(None, None, None)
-        state["workload"], state["campaign"] = workload, campaign.id
         done = campaign.summary().evaluated
         title = f"sweep {workload} (campaign {campaign.id})"
         state["progress"] = CampaignProgress(err, title, campaign.record.budget, done).__enter__()
@@ -180,12 +179,10 @@ def sweep(
         if state.get("progress"):
             state["progress"].__exit__(None, None, None)
             state["progress"] = None
-        where = f" ({state['workload']}: campaign {state['campaign']})" if state.get("campaign") else ""
-        from tuner.schema import shown_url
-
-        err.print(f"interrupted: what was measured is kept in the history {shown_url(history.url, '***')}{where}, "
-                  f"and {spec.out / 'measurements.csv'} is written when the sweep ends: run the same command again "
-                  "(the same --db) to resume, measuring only what is missing", highlight=False, soft_wrap=True)
+        err.print(f"interrupted: what was measured is kept in the history {history.url} (its campaigns are listed "
+                  f"in {spec.out / 'manifest.json'}), and {spec.out / 'measurements.csv'} is written when the sweep "
+                  "ends: run the same command again (the same --db) to resume, measuring only what is missing",
+                  highlight=False, soft_wrap=True)
         sys.exit(interrupted_status())
     finally:
         if state.get("progress"):
@@ -193,8 +190,9 @@ def sweep(
     console.print(f"dataset: {manifest.parent / 'measurements.csv'}  manifest: {manifest}")
     for workload, n in json.loads(manifest.read_text()).get("noise", {}).items():
         if not n["configurations"]:
-            console.print(f"{workload}: no configuration was measured twice (--repeats {spec.repeats}), so there is "
-                          "no repeat noise to report")
+            why = "--repeats 1 measures each configuration once" if spec.repeats == 1 else \
+                "no configuration succeeded twice"
+            console.print(f"{workload}: {why}, so there is no repeat noise to report")
         else:
             rho = "n/a" if n["repeat_spearman"] is None else n["repeat_spearman"]
             console.print(f"{workload}: ops/s of {n['configurations']} configurations measured twice or more: "

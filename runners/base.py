@@ -74,10 +74,6 @@ class Runner(Protocol):
         """Warnings about the runner's inputs (a table's), for a caller that cannot show Python's (REST)."""
         ...
 
-    def check_pins(self, fixed: dict[str, Any]) -> None:
-        """Refuse (ValueError) pins under which every configuration would measure the same."""
-        ...
-
     def close(self) -> None:
         """Release what the runner holds (a loop device); it may be used again afterwards."""
         ...
@@ -145,7 +141,8 @@ class RunnerBase:
         return ()
 
     def check_pins(self, fixed: dict[str, Any]) -> None:
-        """Every pin leaves something to measure, unless the runner knows otherwise."""
+        """Refuse (ValueError) pins under which every configuration would measure the same; none by default.
+        Optional: a runner that is no RunnerBase may leave it out."""
 
     def resources(self) -> dict[str, float]:
         """What one measurement occupies beyond a CPU, as cluster resources: none by default; a disk
@@ -197,8 +194,13 @@ def kill_group(proc: Any) -> None:
     """Kill a benchmark's whole process group (it runs in its own session) and reap it: after a timeout or an
     interruption.
     A Ctrl-C that lands inside ``communicate()`` can leave the Popen half set up, so that a second
-    ``communicate()`` raises AttributeError (CPython; CI saw it swallow a Ctrl-C): then it is only waited for."""
-    os.killpg(proc.pid, signal.SIGKILL)
+    ``communicate()`` raises AttributeError (CPython; CI saw it swallow a Ctrl-C): then it is only waited for.
+    One that lands as the command ends finds its group gone: killpg's ProcessLookupError, an OSError, replaced
+    the KeyboardInterrupt, the device runner recorded a FAILED trial, and a sweep under load ran on."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the command and everything it started have ended already
+        pass
     try:
         proc.communicate()
     except Exception:

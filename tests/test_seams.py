@@ -165,3 +165,16 @@ def test_an_interrupted_benchmark_is_killed_and_reaped_even_if_popen_was_left_ha
     proc.communicate = broken  # type: ignore[method-assign]
     kill_group(proc)
     assert proc.returncode == -9
+
+
+def test_an_interrupt_as_the_benchmark_ends_is_not_turned_into_a_failed_trial():
+    """A Ctrl-C that lands as the command ends finds its process group gone: killpg's ProcessLookupError
+    replaced the KeyboardInterrupt, and a sweep under load went on to its end (exit 0)."""
+    import subprocess
+
+    from runners.base import kill_group
+
+    proc = subprocess.Popen(["true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc.communicate()  # ended and reaped: its group is empty
+    kill_group(proc)  # must not raise
+    assert proc.returncode == 0

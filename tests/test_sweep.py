@@ -197,7 +197,7 @@ def test_an_interrupted_sweep_says_what_is_kept_and_the_same_command_finishes_it
     db = f"sqlite:///{tmp_path / 'h.sqlite'}"
     out = tmp_path / "ds"
     args = [*STORETUNE, "sweep", "--out", str(out), "--space", "storage_v1", "--workloads", "varmail",
-            "--repeats", "1", "--per-stratum", "1", "--runtime", "1", "--loop-dir", str(tmp_path / "loops"),
+            "--repeats", "1", "--per-stratum", "3", "--runtime", "1", "--loop-dir", str(tmp_path / "loops"),
             "--loop-size-mib", "400", "--fileset-mib", "16", "--warmup-runs", "0", "--db", db]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_STATE_DIR": str(tmp_path / "state")}
     # as a terminal's foreground job, so that SIGINT is not ignored (see test_kill_resume)
@@ -209,19 +209,21 @@ def test_an_interrupted_sweep_says_what_is_kept_and_the_same_command_finishes_it
         if campaigns and history.status_counts(campaigns[0].id).get("SUCCEEDED", 0) >= 1:
             break
         time.sleep(0.2)
+    if proc.poll() is not None:  # it ended (or failed) before a measurement: say why, not ProcessLookupError
+        pytest.fail(f"the sweep ended before it could be interrupted: {proc.communicate()[1]}")
     os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    assert stderr.strip().splitlines()[-1] == (
-        f"interrupted: what was measured is kept in the history {db} (varmail: campaign 1), and "
-        f"{out / 'measurements.csv'} is written when the sweep ends: run the same command again (the same --db) "
-        "to resume, measuring only what is missing")
+    assert " ".join(stderr.split()).endswith(
+        f"interrupted: what was measured is kept in the history {db} (its campaigns are listed in "
+        f"{out / 'manifest.json'}), and {out / 'measurements.csv'} is written when the sweep ends: run the same "
+        "command again (the same --db) to resume, measuring only what is missing")
     kept = history.status_counts(1).get("SUCCEEDED", 0)
     assert kept >= 1 and not (out / "measurements.csv").exists()
 
     done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert "varmail: no configuration was measured twice (--repeats 1), so there is no repeat noise to report" \
+    assert "varmail: --repeats 1 measures each configuration once, so there is no repeat noise to report" \
         in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["campaigns"] == {"varmail": 1} and manifest["rows"] == 5
+    assert manifest["campaigns"] == {"varmail": 1} and manifest["rows"] == 15  # 15 trials: time to interrupt

@@ -121,8 +121,10 @@ class Campaign:
         runner = runner or _checked("runner_settings", lambda: _driver_runner(spec.runner, spec.runner_settings,
                                                                               executor))
         runner.space = _checked("fix", lambda: runner.space.fix(spec.fixed, strict=True))  # an unknown parameter or value
-        _checked("fix", lambda: runner.check_pins({name: runner.space[name].canonical(value)  # pins that leave
-                                                   for name, value in spec.fixed.items()}))  # nothing to tune
+        check_pins = getattr(runner, "check_pins", None)  # optional (RunnerBase): pins that leave nothing to tune
+        if check_pins is not None:
+            _checked("fix", lambda: check_pins({name: runner.space[name].canonical(value)
+                                                for name, value in spec.fixed.items()}))
         _checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
         objective = _checked("objective" if spec.objective is not None else "metric", lambda: resolve_objective(
             runner.metrics(), spec.metric, spec.direction, spec.objective))
