@@ -237,11 +237,13 @@ def tune(
         except KeyboardInterrupt:
             err.print(f"interrupted: campaign {record.id} stopped; {kept}{again}", highlight=False, soft_wrap=True)
             if as_json:  # a script reads where it stopped, and how to go on, from the line it always gets
-                print(json.dumps({**campaign.summary().to_dict(), "resume": again}, default=str))
+                _print_summary(campaign.summary(), True, executor.describe(), resume=again)
             sys.exit(interrupted_status())
         except HostUnavailable as e:
             err.print(f"[bold red]error:[/] {escape(str(e.__cause__ or e))}. Campaign {record.id} stopped; no "
                       f"configuration is blamed; {kept}{escape(again)}", highlight=False, soft_wrap=True)
+            if as_json:
+                _print_summary(campaign.summary(), True, executor.describe(), resume=again)
             sys.exit(75)
     finally:
         getattr(executor, "close", lambda: None)()
@@ -264,9 +266,12 @@ def _table_metric(metric: str | None, objective: str | None) -> str | None:
 
 
 def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, Any] | None = None,
-                   database: str | None = None) -> None:
+                   database: str | None = None, resume: str | None = None) -> None:
+    """The summary; with ``as_json`` one line, the same keys whether the campaign finished or stopped (then
+    ``resume``: the command that finishes it)."""
     if as_json:
-        print(json.dumps({**summary.to_dict(), **({"executor": executor} if executor else {})}, default=str))
+        print(json.dumps({**summary.to_dict(), **({"executor": executor} if executor else {}),
+                          **({"resume": resume} if resume else {})}, default=str))
         return
     console.print(render.summary_table(summary))
     db = db_flag(database)

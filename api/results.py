@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from api import render
 from api.common import DbOption, JsonOption, UserError, console, open_history
+from api.schemas import public_trials
 from search_spaces import Config, format_config
 from tuner.analysis import TableGone, campaign_best, held_out, replayed_table, searched_means, table_digest, table_rank
 
@@ -29,8 +30,7 @@ def trials(
     if fmt == "table":
         console.print(render.trials_table(record, rows))
     elif fmt == "json":
-        numbers = history.numbers(t.retry_of for t in rows if t.retry_of is not None)
-        print(json.dumps([_trial_dict(t, numbers) for t in rows], default=str))
+        print(json.dumps(public_trials(history, rows), default=str))
     elif fmt == "csv":
         names = list(dict.fromkeys(k for t in rows for k in t.config))
         writer = csv.writer(sys.stdout)
@@ -39,15 +39,6 @@ def trials(
             writer.writerow([t.number, t.status, t.value, t.reason, *(t.config.get(n, "") for n in names)])
     else:
         raise UserError(f"--format {fmt!r}: choose table, json or csv")
-
-
-def _trial_dict(t: Any, numbers: dict[int, int]) -> dict[str, Any]:
-    """A trial as the CLI shows it: ``retry_of`` is the number of the trial it re-runs, as over REST (the
-    history points at it by database id)."""
-    keys = ("number", "status", "value", "reason", "config", "config_hash", "seed", "retry_of", "started_at", "finished_at")
-    out = {k: getattr(t, k) for k in keys}
-    out["retry_of"] = None if t.retry_of is None else numbers.get(t.retry_of)
-    return out
 
 
 def evaluations_to_find(trials: list[Any], top: Any, repeats: int) -> int:

@@ -145,6 +145,18 @@ class TrialDetail(TrialPublic):
     measurements: list[MeasurementPublic]
 
 
+def public_trials(history: Any, trials: list[Any]) -> list[dict[str, Any]]:
+    """Trials as the API and `storetune trials --format json` show them: addressed by number, so ``retry_of``
+    is the number of the STALE trial each re-runs (the history points at it by its internal id)."""
+    numbers = history.numbers(t.retry_of for t in trials if t.retry_of is not None)
+    out = []
+    for t in trials:
+        fields = {k: getattr(t, k) for k in TrialPublic.model_fields}
+        fields["retry_of"] = None if t.retry_of is None else numbers.get(t.retry_of)
+        out.append(fields)
+    return out
+
+
 class NearOptimal(BaseModel):
     within: float
     best_value: float | None

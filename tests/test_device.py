@@ -264,6 +264,9 @@ def test_a_file_system_mkfs_refuses_is_invalid(loop_dir):
     assert m.status is Status.INVALID and m.reason.startswith("mkfs.xfs refused:")
     # the device's size is the cause, and the reason says what to change (it named only mkfs's words)
     assert m.reason.endswith("(on a 300 MiB loop device: a larger --loop-size-mib may let it through)")
+    # not where the configuration is at fault, whatever the size (mke2fs's and mkfs.btrfs's own words)
+    assert r._size_hint("128 byte inodes are too small for inline data; specify larger size") == ""
+    assert r._size_hint("ERROR: nodesize too small: 2048 < 4096") == ""
 
 
 def test_a_timeout_tears_down(loop_dir):

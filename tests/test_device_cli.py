@@ -77,7 +77,7 @@ def test_tune_stopped_by_the_host_exits_75_and_its_resume_measures_the_same_conf
     env = {"STORETUNE_HOST_LOCK": str(lock)}
     proc = run_cli("tune", "--runner", "device", "--loop-dir", str(loop_dir), "--loop-size-mib", "320",
                    "--fileset-mib", "16", "--workload", "varmail", "--runtime", "1", "--fix", "fs=ext4",
-                   "--budget", "1", "--seed", "1", db=db, env=env)
+                   "--budget", "1", "--seed", "1", "--json", db=db, env=env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 75, proc.stderr
     (error,) = [line for line in lines if line.startswith("error:")]
@@ -88,6 +88,8 @@ def test_tune_stopped_by_the_host_exits_75_and_its_resume_measures_the_same_conf
     assert "no configuration is blamed" in error and error.endswith(f"Finish it with: storetune tune --resume {campaign.id} --db {db}")
     (stopped,) = history.trials(campaign.id)
     assert campaign.state == "failed" and stopped.status == "STALE"
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])  # --json: the line a script reads, here too
+    assert summary["state"] == "failed" and summary["resume"] == f"storetune tune --resume {campaign.id} --db {db}"
 
     lock.chmod(0o600)
     again = run_cli("tune", "--resume", str(campaign.id), "--json", db=db, env=env)

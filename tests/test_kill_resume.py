@@ -147,6 +147,7 @@ def test_ctrl_c_during_tune_says_how_to_resume(tmp_path: Path, stop: str):
     assert proc.returncode == 128 + number, f"{signalled}: {stderr}"
     stopped = json.loads(stdout.strip().splitlines()[-1])  # --json: the last line says where it stopped, as always
     assert stopped["state"] == "interrupted" and stopped["resume"] == f"storetune tune --resume 1 --db {db}"
+    assert stopped["executor"]["kind"] == "local"  # the keys of a finished campaign's line, and resume
     assert 1 <= stopped["evaluated"] == statuses(path).count("SUCCEEDED") < 60
     last = stderr.strip().splitlines()[-1]
     script = bench_command(tmp_path).split()[-1]

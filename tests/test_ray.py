@@ -156,20 +156,29 @@ class Cluster:
         later (CI saw it once). So a failed start only fails the test if the cluster never reaches ``nodes``."""
         proc = subprocess.run([RAY, "start", *args], env=self.env, capture_output=True, text=True, timeout=180)
         if proc.returncode != 0:
-            assert self.alive_nodes(at_least=nodes, within_s=120) >= nodes, proc.stdout + proc.stderr
+            alive, said = self.alive_nodes(at_least=nodes, within_s=120)
+            assert alive >= nodes, f"{proc.stdout}{proc.stderr}\nthen {alive} nodes alive: {said}"
 
-    def alive_nodes(self, at_least: int, within_s: float) -> int:
-        """How many nodes the GCS counts alive, polled by a driver of its own until ``at_least`` or ``within_s``."""
+    def alive_nodes(self, at_least: int, within_s: float) -> tuple[int, str]:
+        """How many nodes the GCS counts alive, polled by a driver of its own until ``at_least`` or ``within_s``
+        (a driver cannot connect before a local raylet registers: it tries again), and what the poller said."""
         script = ("import sys, time, ray\n"
-                  "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-                  "deadline = time.monotonic() + float(sys.argv[3])\n"
-                  "while (alive := sum(n['Alive'] for n in ray.nodes())) < int(sys.argv[2]) "
+                  "deadline, alive = time.monotonic() + float(sys.argv[3]), 0\n"
+                  "while time.monotonic() < deadline:\n"
+                  "    try:\n"
+                  "        ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+                  "        break\n"
+                  "    except Exception as e:\n"
+                  "        print(f'not yet: {e}', file=sys.stderr)\n"
+                  "        time.sleep(2)\n"
+                  "while ray.is_initialized() and (alive := sum(n['Alive'] for n in ray.nodes())) < int(sys.argv[2]) "
                   "and time.monotonic() < deadline:\n"
                   "    time.sleep(1)\n"
                   "print(alive)\n")
         proc = subprocess.run([sys.executable, "-c", script, self.address, str(at_least), str(within_s)],
-                              env=self.env, capture_output=True, text=True, timeout=within_s + 120)
-        return int(proc.stdout.split()[-1]) if proc.returncode == 0 and proc.stdout.split() else 0
+                              env=self.env, capture_output=True, text=True, timeout=within_s + 180)
+        alive = int(proc.stdout.split()[-1]) if proc.returncode == 0 and proc.stdout.split() else 0
+        return alive, proc.stderr.strip()[-2000:]
 
     def worker_raylet(self) -> int:
         for pid, cmdline in processes():

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from api.deps import Auth, CampaignId, PagingDep, ServiceDep, TrialNumber
 from api.schemas import (
     Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, ParetoSet, Progress, TrialDetail,
-    TrialPublic,
+    TrialPublic, public_trials,
 )
 from api.service import Refused, apply_policy, check_stored, in_json_terms
 from runners import RUNNERS, Status, make_runner, runner_class, settings_model
@@ -72,17 +72,8 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
     )
 
 
-def trial_public(t: TrialView, numbers: dict[int, int]) -> dict[str, Any]:
-    """A trial as the API shows it: trials are addressed by number, so ``retry_of`` is the number of
-    the STALE trial this one re-runs (the history keeps its internal id)."""
-    fields = {k: getattr(t, k) for k in TrialPublic.model_fields}
-    fields["retry_of"] = None if t.retry_of is None else numbers.get(t.retry_of)
-    return fields
-
-
 def trials_public(svc: Any, trials: list[TrialView]) -> list[TrialPublic]:
-    numbers = svc.history.numbers(t.retry_of for t in trials if t.retry_of is not None)
-    return [TrialPublic(**trial_public(t, numbers)) for t in trials]
+    return [TrialPublic(**fields) for fields in public_trials(svc.history, trials)]
 
 
 def _campaign(svc: Any, campaign_id: int) -> CampaignView:
@@ -222,8 +213,7 @@ def get_trial(campaign_id: CampaignId, number: TrialNumber, svc: ServiceDep) -> 
         t = svc.history.trial(campaign_id, number)
     except LookupError as e:
         raise HTTPException(404, str(e)) from None
-    numbers = svc.history.numbers([t.retry_of] if t.retry_of is not None else [])
-    return TrialDetail(**trial_public(t, numbers), measurements=[m.__dict__ for m in t.measurements or ()])
+    return TrialDetail(**public_trials(svc.history, [t])[0], measurements=[m.__dict__ for m in t.measurements or ()])
 
 
 @router.get("/{campaign_id}/near-optimal", response_model=NearOptimal, responses={404: {}, 422: {}})

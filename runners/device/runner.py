@@ -65,9 +65,11 @@ PROTOCOL = 2
 SETUP_TIMEOUT_S = 300  # mkfs, mount and fio's file layout on a slow disk
 ASLR = Path("/proc/sys/kernel/randomize_va_space")
 VM = Path("/proc/sys/vm")
-# what mkfs says when the device is too small for the configuration: mkfs.xfs "Log size must be at least 64MB",
-# mkfs.btrfs "is too small to make a usable filesystem", mke2fs "Filesystem too small for a journal"
-SIZE_REFUSAL = re.compile(r"too small|must be at least \d+ ?[kmgt]i?b|minimum size", re.IGNORECASE)
+# what mkfs says when the device, not the configuration, is too small: mkfs.xfs "Log size must be at least
+# 64MB" and "agsize (...) too small", mkfs.btrfs "is too small to make a usable filesystem" and "minimum size
+# for ... btrfs"; not mke2fs's "byte inodes are too small for inline data" or btrfs's "nodesize too small"
+SIZE_REFUSAL = re.compile(r"log size must be at least|agsize \([^)]*\) too small|too small to make a usable "
+                          r"filesystem|minimum size for .*btrfs", re.IGNORECASE)
 
 
 class DeviceRunner(RunnerBase):
