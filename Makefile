@@ -65,7 +65,7 @@ demo: setup
 	  data="--dataset $$dataset"; budget=100; \
 	  echo "StoreTune has no dataset of its own yet: replaying $$dataset (Berkeley DB C, 2,560 measured configurations)."; \
 	fi; \
-	mkdir -p $$(dirname $(DEMO_DB)); \
+	mkdir -p $$(dirname $(DEMO_DB)) results; \
 	$(BIN)/storetune tune --runner dataset $$data --budget $$budget --algorithm auto --seed 1 \
 	  --db sqlite:///$(DEMO_DB) --json > results/demo-summary.json || exit 1; \
 	id=$$(tail -n1 results/demo-summary.json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["campaign"])'); \

@@ -247,7 +247,7 @@ def tune(
             sys.exit(75)
     finally:
         getattr(executor, "close", lambda: None)()
-    _print_summary(summary, as_json, executor.describe(), db)
+    _print_summary(summary, as_json, executor.describe(), db, resume=again if summary.state == "cancelled" else None)
     if summary.state == "cancelled":  # over the REST API: its budget is not spent, a script must not go on
         sys.exit(EXIT_CANCELLED)
 

@@ -20,6 +20,7 @@ from plotly.colors import qualitative
 from search_spaces import format_value
 
 REFRESH_MS = 3000
+IMPORTANCE_BARS = 15  # parameters drawn in the importance chart, the largest ANOVA shares first
 
 
 # --- the figures ------------------------------------------------------------------------------------
@@ -67,18 +68,23 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     better = "lower" if data["objective"]["direction"] == "min" else "higher"
     curve, log, instant = data["convergence"], data["log_scale"], data["instant"]
     binned = f" (binned by {instant['bin']} evaluations)" if instant["bin"] > 1 else ""
+    # with adaptive repeats the line is the incumbent, which a re-measurement can make worse: said, not hidden
+    line, race = ("incumbent", " The line is the incumbent (adaptive repeats): the best mean among the "
+                  "configurations measured the most times. It gets worse when a re-measurement shows that one was "
+                  "lucky, and a dot below it is a run not yet measured as often.") if data.get("adaptive") else \
+        ("best so far", "")
     figures: dict[str, dict[str, Any]] = {}
     for name, axis, title, label, caption in (
             ("convergence", "evaluation", "Convergence by evaluation", "evaluation (finished trials)",
              "Where the line flattens, more evaluations stopped paying; the dots (or the band) are what each "
-             "evaluation cost production while tuning."),
+             f"evaluation cost production while tuning.{race}"),
             ("convergence_time", "elapsed_s", "Convergence by wall time", "seconds since the first trial started",
              "The same search against the clock: benchmarks, not the algorithm, set the pace (a stopped and "
              "resumed campaign includes the pause).")):
         steps_x, steps_y = _steps(curve[axis], curve["best"])
         fig = go.Figure([
             *_instant_traces(instant, axis),
-            go.Scatter(x=steps_x, y=steps_y, mode="lines", name="best so far", line=dict(width=3, shape="hv")),
+            go.Scatter(x=steps_x, y=steps_y, mode="lines", name=line, line=dict(width=3, shape="hv")),
         ], layout=_layout(f"{title}{binned}", label, f"{metric} ({better} is better)", log))
         figures[name] = _figure(fig, caption)
     counts = data["statuses"]["counts"]
@@ -87,12 +93,15 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     figures["statuses"] = _figure(fig, "FAILED, INVALID and TIMEOUT trials are data: their reasons are listed below.")
     imp = data["importance"]
     if "parameters" in imp:
-        params = imp["parameters"][:15][::-1]
+        shown = IMPORTANCE_BARS
+        params = imp["parameters"][:shown][::-1]
         names = [p["name"] for p in params]
+        title = "Which parameters matter" + (f" (the {shown} of {len(imp['parameters'])} with the largest ANOVA share; "
+                                             "storetune importance lists all)" if len(imp["parameters"]) > shown else "")
         fig = go.Figure([
             go.Bar(y=names, x=[p["anova_share"] for p in params], orientation="h", name="OLS type-II ANOVA share"),
             go.Bar(y=names, x=[p["forest_share"] for p in params], orientation="h", name="random-forest variance share"),
-        ], layout=_layout("Which parameters matter", "share of the objective's variance", "parameter",
+        ], layout=_layout(title, "share of the objective's variance", "parameter",
                           barmode="group", height=max(320, 34 * len(names) + 120)))
         caution = f" Caution: {imp['forest_caution']}." if imp.get("forest_caution") else ""
         figures["importance"] = _figure(fig, f"Both methods on the same {imp['trials']} trials (their rankings agree "
@@ -318,7 +327,8 @@ def campaign_tables(data: dict[str, Any]) -> str:
     best = data["best"]
     score = f"{objective['score']} of {', '.join(objective['of'])}" if objective.get("score") else objective["metric"]
     rows = [("state", data["state"] + (f" ({data['note']})" if data["note"] else "")),
-            ("algorithm", data["algorithm"]), ("space / workload", f"{data['space']} / {data['workload']}"),
+            ("algorithm", data["algorithm"]), ("space / workload", f"{data['space']} / {data['workload']}"
+                                                                  + _pinned(data.get("fixed"))),
             ("objective", f"{objective['direction']} {score}"),
             ("evaluated", f"{data['evaluated']} of {data['budget']}"),
             (objective.get("best") or "best",
@@ -488,6 +498,11 @@ def page(data: dict[str, Any], *, plotly_src: str | None = None, live: str | Non
 def _script_json(value: Any) -> str:
     """JSON safe inside a <script> element (a trial's reason may hold '</script>')."""
     return json.dumps(value).replace("</", "<\\/")
+
+
+def _pinned(fixed: dict[str, Any] | None) -> str:
+    """A campaign's --fix pins, as the CLI's summary shows them beside the workload."""
+    return f", pinned: {' '.join(f'{k}={v}' for k, v in fixed.items())}" if fixed else ""
 
 
 def _fmt(value: Any) -> str:

@@ -175,7 +175,9 @@ class Convergence(BaseModel):
     trial: list[int] = Field(description="Its trial number.")
     status: list[str]
     value: list[float | None] = Field(description="Its value: what production suffers while tuning.")
-    best: list[float | None] = Field(description="The best value so far.")
+    best: list[float | None] = Field(description="The best value so far; with adaptive repeats (max_repeats) the "
+                                     "incumbent's mean, the best among the most-measured configurations, which a "
+                                     "re-measurement can make worse.")
     elapsed_s: list[float | None] = Field(description="Seconds from the campaign's first start to its end.")
 
 

@@ -96,6 +96,9 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--dataset", "{bdbc}", "--algorithm", "annealing"], "unknown algorithm 'annealing'"),
         (["tune", "--dataset", "{bad}"], "line 3: 4 fields where the header has 3"),
         (["tune", "--dataset", "{bdbc}", "--budget", "5000"], "more than the 2560 configurations"),
+        # pinned, the space is the pins' share of the table, and the message says so (it read "of BDBC")
+        (["tune", "--dataset", "{bdbc}", "--budget", "1000", "--fix", "pS=4K", "--fix", "hAVE_HASH=1"],
+         "a budget of 1000 is more than the 256 configurations of BDBC with pS=4K, hAVE_HASH=1; use a budget of 256"),
         # the grid's 3 configurations ran out and the campaign said the space was exhausted
         (["tune", "--dataset", "{bdbc}", "--algorithm", "grid", "--budget", "10"],
          "more than the 3 configurations of the grid here (per_stratum 3 for the whole space: none of the strata"),

@@ -159,6 +159,35 @@ def test_importance_of_a_pinned_campaign_is_checked_against_the_configurations_i
     assert "1280 configurations with hAVE_CRYPTO=0" in " ".join(shown.split())
 
 
+def test_the_report_says_when_its_importance_chart_shows_only_some_parameters(sqlite_url, tmp_path):
+    """SQL_AllMeasurements has 39 options; the chart draws 15, and used to say nothing of the other 24."""
+    table = shared("moot_configs/SQL_AllMeasurements.csv")
+    campaign = json.loads(run_cli("tune", "--dataset", str(table), "--algorithm", "random", "--budget", "60", "--json",
+                                  db=sqlite_url, check=True).stdout.splitlines()[-1])["campaign"]
+    count = len(json.loads(run_cli("importance", str(campaign), "--json", db=sqlite_url, check=True).stdout)["parameters"])
+    assert count > 15
+    run_cli("report", str(campaign), "--out", str(tmp_path / "r.html"), db=sqlite_url, check=True)
+    assert (f"Which parameters matter (the 15 of {count} with the largest ANOVA share; storetune importance lists "
+            "all)") in (tmp_path / "r.html").read_text()
+
+
+def test_the_report_says_its_line_is_the_incumbent_under_adaptive_repeats_and_shows_the_pins(sqlite_url, tmp_path):
+    """With --max-repeats the line is the incumbent, which rises on a minimisation when a re-measurement shows
+    a lucky configuration (a newcomer read it as a bug); a --fix campaign's report did not show its pins."""
+    table = shared("moot_configs/PostgreSQL.csv")
+    raced = json.loads(run_cli("tune", "--dataset", str(table), "--budget", "30", "--max-repeats", "3", "--seed", "1",
+                               "--json", db=sqlite_url, check=True).stdout.splitlines()[-1])["campaign"]
+    run_cli("report", str(raced), "--out", str(tmp_path / "raced.html"), db=sqlite_url, check=True)
+    page = (tmp_path / "raced.html").read_text()
+    assert "The line is the incumbent (adaptive repeats): the best mean among the configurations measured the most" \
+        in page and '"name":"incumbent"' in page.replace(": ", ":")
+    pinned = json.loads(run_cli("tune", "--dataset", str(shared("moot_configs/BDBC.csv")), "--budget", "10",
+                                "--fix", "pS=4K", "--json", db=sqlite_url, check=True).stdout.splitlines()[-1])["campaign"]
+    run_cli("report", str(pinned), "--out", str(tmp_path / "pinned.html"), db=sqlite_url, check=True)
+    page = (tmp_path / "pinned.html").read_text()
+    assert "BDBC / BDBC, pinned: pS=4K" in page and "The line is the incumbent" not in page
+
+
 def test_report_bad_input_is_one_line_and_an_empty_campaign_still_renders(sqlite_url, tmp_path):
     History(sqlite_url).close()  # a history with no campaign (a reader refuses a file that does not exist)
     missing = run_cli("report", "999", "--out", str(tmp_path / "r.html"), db=sqlite_url)

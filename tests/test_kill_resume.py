@@ -180,7 +180,8 @@ def test_ctrl_c_during_compare_says_what_is_kept(tmp_path: Path, bdbc):
         assert c.execute("SELECT state FROM comparisons").fetchall() == [("interrupted",)]
 
 
-def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path):
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path, as_json: bool):
     """A `storetune tune` whose campaign is cancelled through the history (as POST /campaigns/{id}/cancel
     does) ends with the command that finishes it, as Ctrl-C does, and exits 3, not 0: its budget is not
     spent (nor 1, a traceback's). The history comes from $STORETUNE_DATABASE_URL, set for this command only, so the printed
@@ -190,7 +191,7 @@ def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path):
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"
     args = ["tune", "--runner", "command", "--command", bench_command(tmp_path), "--space", "storage_v1",
-            "--metric", "throughput_ops", "--budget", "60"]
+            "--metric", "throughput_ops", "--budget", "60", *(["--json"] if as_json else [])]
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_SLEEP": "0.2", "STORETUNE_DATABASE_URL": db}
     proc = subprocess.Popen([*STORETUNE, *args], env=environment,
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -200,4 +201,8 @@ def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path):
     assert History(db).transition(1, ["running"], cancel_requested=True)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 3, stderr
+    if as_json:  # the line a script reads says how to finish it too (it said only "cancelled after ...")
+        summary = json.loads(stdout.strip().splitlines()[-1])
+        assert summary["state"] == "cancelled" and summary["resume"] == f"storetune tune --resume 1 --db {db}"
+        return
     assert f"cancelled before its budget; its trials are kept. Finish it with: storetune tune --resume 1 --db {db}" in stdout

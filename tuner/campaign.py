@@ -145,9 +145,10 @@ class Campaign:
         _checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
         size = runner.space.cardinality() if runner.space.finite else None
         if size is not None and spec.budget > size:
+            pins = f" with {', '.join(f'{k}={v}' for k, v in spec.fixed.items())}" if spec.fixed else ""
             raise InvalidSpec("budget",
                               f"a budget of {spec.budget} is more than the {size} configurations of "
-                              f"{runner.space.name}; use a budget of {size} or less")
+                              f"{runner.space.name}{pins}; use a budget of {size} or less")
         tuner = _checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
                                                                 direction=objective.direction,
                                                                 params=spec.algorithm_params))

@@ -51,6 +51,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         "title": f"campaign {record.id}: {record.algorithm} on {record.workload_name}",
         "algorithm": record.algorithm, "space": record.space_name, "workload": record.workload_name,
         "runner": record.runner, "objective": {"metric": record.objective_metric, "direction": direction},
+        "fixed": record.fixed or {}, "adaptive": record.adaptive,
         "budget": record.budget, "evaluated": evaluations(trials, record.repeats),
         "best": None if best is None else {"trial": best.number, "value": best.value, "config": best.config},
         "test_value": held_out(best, record.objective_metric),
