@@ -99,6 +99,31 @@ def test_the_api_and_the_cli_give_the_same_numbers(tmp_path, bdbc):
 
 
 @pytest.mark.slow
+def test_which_parameters_matter_over_rest_is_what_the_cli_says(tmp_path, bdbc):
+    """The design card's "reports ... parameter correlations": GET /campaigns/{id}/importance is
+    `storetune importance --json`; too few trials is a 409 that says how many it needs."""
+    url = f"sqlite:///{tmp_path / 'api.sqlite'}"
+    with client_for(url, tmp_path) as client:
+        long = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=60)).json()
+        short = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=5, seed=2)).json()
+        wait_for(client, f"/campaigns/{long['id']}", ("finished",))
+        wait_for(client, f"/campaigns/{short['id']}", ("finished",))
+        over_rest = client.get(long["links"]["importance"])
+        assert over_rest.status_code == 200
+        few = client.get(short["links"]["importance"])
+        assert few.status_code == 409 and "needs at least" in few.json()["detail"]
+        assert client.get("/campaigns/999/importance").status_code == 404
+        assert client.get(long["links"]["importance"], params={"seed": -1}).status_code == 422
+    on_the_command_line = json.loads(run_cli("importance", str(long["id"]), "--json", db=url, check=True).stdout)
+    rest = over_rest.json()
+    for result in (rest, on_the_command_line):  # the forest's threads sum its trees in any order: the last digits
+        for p in result["parameters"]:
+            p["forest_share"] = round(p["forest_share"], 9)
+    assert rest == on_the_command_line
+    assert over_rest.json()["table"]["configurations"] == 2560  # compared with the whole table, as the CLI does
+
+
+@pytest.mark.slow
 def test_cancel_drains_a_running_campaign_and_a_queued_one_never_starts(history_url, tmp_path, bdbc):
     with client_for(history_url, tmp_path, max_campaigns=1) as client:
         long = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500)).json()

@@ -44,7 +44,8 @@ RESUMABLE = ("cancelled", "interrupted", "failed")
 def links(campaign_id: int, pareto: bool = False) -> dict[str, str]:
     base = f"/campaigns/{campaign_id}"
     return {"self": base, "trials": f"{base}/trials", "convergence": f"{base}/convergence",
-            "near_optimal": f"{base}/near-optimal", "report": f"{base}/report", "cancel": f"{base}/cancel",
+            "near_optimal": f"{base}/near-optimal", "importance": f"{base}/importance", "report": f"{base}/report",
+            "cancel": f"{base}/cancel",
             "resume": f"{base}/resume", **({"pareto": f"{base}/pareto"} if pareto else {})}
 
 
@@ -245,6 +246,27 @@ def get_pareto(campaign_id: CampaignId, svc: ServiceDep) -> ParetoSet:
     front = pareto_set(svc.history.trials(campaign_id, measurements=True), MultiObjective.from_spec(c.objective))
     objective = Objective(metric=c.objective_metric, direction=c.objective_direction)  # type: ignore[arg-type]
     return ParetoSet(campaign=c.id, objective=objective, objective_spec=c.objective, **front)
+
+
+@router.get("/{campaign_id}/importance", responses={404: {}, 409: {}})
+def get_importance(campaign_id: CampaignId, svc: ServiceDep,
+                   seed: Annotated[int, Query(ge=0, description="Seed of the random-forest surrogate.")] = 0) -> Response:
+    """Which parameters matter, as `storetune importance --json`: each parameter's OLS coefficients (the
+    ATC'18 regression), type-II ANOVA share and random-forest variance share on the succeeded trials, most
+    important first; on a replayed table, the same analysis on the whole table and the rank agreement.
+    409 while there are too few succeeded trials (the message says how many it needs)."""
+    from tuner.importance import of_campaign
+
+    _campaign(svc, campaign_id)
+    key = ("importance", campaign_id, seed, svc.history.trials_version(campaign_id))
+    body = svc.cache.get(key)
+    if body is None:
+        try:
+            body = json.dumps(of_campaign(svc.history, campaign_id, seed=seed), allow_nan=False).encode()
+        except ValueError as e:  # too few succeeded trials for the regression, or none yet
+            raise HTTPException(409, str(e)) from None
+        svc.cache.put(key, body)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/{campaign_id}/convergence", response_model=Convergence, responses={404: {}})
