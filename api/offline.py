@@ -73,6 +73,8 @@ def compare(
     except KeyboardInterrupt:  # recorded as interrupted by the run; it used to end without a word
         err.print(f"interrupted: comparison {comparison.id} stopped; the seeds it finished are in the history, "
                   "but a comparison does not resume: run it again", highlight=False, soft_wrap=True)
+        if as_json:  # a script still gets its last line: which comparison, and that it stopped
+            print(json.dumps({"comparison": comparison.id, "state": "interrupted", "executor": executor.describe()}))
         sys.exit(interrupted_status())
     except Exception as e:  # not left "running" for ever: failed, with why
         history.finish_comparison(comparison.id, "failed", None, f"{type(e).__name__}: {e}")

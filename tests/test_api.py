@@ -286,6 +286,11 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
         assert "choose one with runner_settings.context workload=<value>" in detail["msg"]
         [detail] = client.post("/comparisons", json={"dataset": str(bdbc), "budget": 5000}).json()["detail"]
         assert detail["loc"] == ["body", "budget"] and "use budget 2560 or less" in detail["msg"], detail
+        # an unknown algorithm or metric names its field, as for a campaign (both said only ["body"])
+        for body, field in (({"algorithms": ["random", "nosuch"]}, "algorithms"), ({"metric": "nosuch"}, "metric")):
+            [detail] = client.post("/comparisons", json={"dataset": str(bdbc), **body}).json()["detail"]
+            assert detail["loc"] == ["body", field] and "nosuch" in detail["msg"], detail
+        assert client.get("/comparisons").json()["total"] == 0  # and nothing was recorded
 
 
 def test_a_token_guards_every_mutating_call_and_reads_stay_open(history_url, tmp_path, bdbc):

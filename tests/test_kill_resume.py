@@ -163,17 +163,19 @@ def test_ctrl_c_during_compare_says_what_is_kept(tmp_path: Path, bdbc):
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"
     args = ["compare", "--dataset", str(bdbc), "--algorithms", "random", "--seeds", "1000", "--budget", "200",
-            "--workers", "1", "--db", db]
+            "--workers", "1", "--db", db, "--json"]
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*STORETUNE, *args], env=environment, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started = time.monotonic()
     while "SUCCEEDED" not in statuses(path) and time.monotonic() < started + 60:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
+    stopped = json.loads(stdout.strip().splitlines()[-1])  # --json: its last line, though it stopped
+    assert stopped["comparison"] == 1 and stopped["state"] == "interrupted"
     assert stderr.strip().splitlines()[-1] == ("interrupted: comparison 1 stopped; the seeds it finished are in the "
                                                "history, but a comparison does not resume: run it again")
     with sqlite3.connect(path) as c:

@@ -11,6 +11,7 @@ from api.deps import Auth, ComparisonId, PagingDep, ServiceDep
 from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
 from api.service import Refused, apply_policy, in_json_terms
 from tuner.base import HyperparameterError
+from tuner.campaign import InvalidSpec
 from tuner.views import ComparisonView
 
 
@@ -73,6 +74,8 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
         comparison = Comparison.create(svc.history, spec, origin="api", state="queued")
     except HyperparameterError as e:
         raise Refused(("body", "algorithms"), str(e)) from None
+    except InvalidSpec as e:  # the part of the body at fault is known: an unknown metric or algorithm, the budget
+        raise Refused(("body", e.field), in_json_terms(str(e), FIELDS)[0]) from None
     except (ValueError, LookupError, OSError) as e:
         message, named = in_json_terms(e.args[0] if isinstance(e, LookupError) and e.args else str(e), FIELDS)
         raise Refused(("body", *named), message) from None
