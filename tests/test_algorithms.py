@@ -244,21 +244,28 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
 
 
 def test_bo_revisiting_rarely_measured_values_frees_a_stall_on_7z():
-    """Every near-optimal 7z configuration compresses with LZMA2. BO seed 4 measures LZMA2 a few times early,
-    its kernel writes the method off, and it settles on another method for all 200 evaluations. With
+    """Every near-optimal 7z configuration compresses with LZMA2. In some seeds BO measures LZMA2 a few times
+    early, its kernel writes the method off, and it settles on another method for all 200 evaluations. With
     ``revisit_after`` the stalled search measures the incumbent's one-option neighbour whose new value was
     measured least often, and finds a near-optimal configuration (bench/SEARCH.md, "BO's stalls on 7z"). 7z is
-    beyond ``LIST_LIMIT``, where that is BO's default; on a listed space (BDBC) it is off."""
+    beyond ``LIST_LIMIT``, where that is BO's default; on a listed space (BDBC) it is off.
+    Which seeds stall depends on the numerical libraries' last digits: seed 4 did until a fresh install
+    (2026-11-28: numpy 2.4.6, scikit-learn 1.9.1, scipy 1.17.1), where seed 15 does (on bZip2) and 4 does not.
+    So the first of those that stalls is the case; if none does, the premise is gone and the test says so."""
     from tuner.bayes import LARGE_SPACE_REVISIT_AFTER
     from tuner.convergence import near_optimal
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/7z.csv"))})
     means = runner.table.means(runner.table.default_metric)
     targets = near_optimal(means, "min", 0.9712)
-    stuck, tuner = replay_bo(runner.space, means, targets, seed=4, params={"revisit_after": 0}, budget=200)
-    assert stuck is None  # the stall this guards against
+    for seed in (15, 4):
+        stuck, tuner = replay_bo(runner.space, means, targets, seed=seed, params={"revisit_after": 0}, budget=200)
+        if stuck is None:  # the stall this guards against
+            break
+    else:
+        pytest.fail("neither seed 15 nor 4 stalls without revisits here: find a seed that does (bench/SEARCH.md)")
     assert tuner.best.config["lZMA_lZMA2_pPMd_bZip2_deflate"] != "lZMA2"  # settled on another method
-    hit, tuner = replay_bo(runner.space, means, targets, seed=4, params={}, budget=200)
+    hit, tuner = replay_bo(runner.space, means, targets, seed=seed, params={}, budget=200)
     assert hit is not None and tuner.revisit_after == LARGE_SPACE_REVISIT_AFTER > 0
     bdbc = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))}).space
     assert make_tuner("bo", bdbc, seed=0, direction="min").revisit_after == 0
