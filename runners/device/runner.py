@@ -192,8 +192,8 @@ class DeviceRunner(RunnerBase):
             mkfs = self.shell.run(plan.mkfs_argv(target.device), check=False, timeout=SETUP_TIMEOUT_S)
             timings["mkfs"] = round(mkfs.duration_s, 3)
             if not mkfs.ok:
-                return self._refused(f"{plan.mkfs[0]} refused: {mkfs.tail()}{self._size_hint(mkfs.tail())}", env,
-                                     started)
+                said = mkfs.tail()
+                return self._refused(f"{plan.mkfs[0]} refused: {said}{self._size_hint(said)}", env, started)
             mounted = self.log.record("mount", path=str(mountpoint), device=target.device)
             mount = self.shell.run(plan.mount_argv(target.device, str(mountpoint)), check=False, timeout=60)
             timings["mount"] = round(mount.duration_s, 3)
