@@ -227,12 +227,12 @@ def tune(
         if spec is not None:
             campaign = Campaign.create(open_history(db, migrate=True), spec, runner=runner, executor=executor)
         record = campaign.record
-        done = campaign.summary().evaluated
+        start = campaign.summary()  # a resumed campaign's bar starts where it stopped, with its best so far
         title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}"
         again = f"storetune tune --resume {record.id}{db_flag(db)}"
         kept = "its finished trials are kept, the running ones will be measured again. Finish it with: "
         try:
-            with CampaignProgress(err, title, record.budget, done) as progress:
+            with CampaignProgress(err, title, record.budget, start.evaluated, start.best_value) as progress:
                 summary = campaign.run(on_trial=progress.update)
         except KeyboardInterrupt:
             err.print(f"interrupted: campaign {record.id} stopped; {kept}{again}", highlight=False, soft_wrap=True)

@@ -169,9 +169,10 @@ def sweep(
     def started(workload: str, campaign: Campaign) -> None:
         if state.get("progress"):
             state["progress"].__exit__(None, None, None)
-        done = campaign.summary().evaluated
+        start = campaign.summary()
         title = f"sweep {workload} (campaign {campaign.id})"
-        state["progress"] = CampaignProgress(err, title, campaign.record.budget, done).__enter__()
+        state["progress"] = CampaignProgress(err, title, campaign.record.budget, start.evaluated,
+                                             start.best_value).__enter__()
 
     try:
         manifest = run_sweep(history, spec, on_trial=lambda r: state["progress"].update(r), on_campaign=started)

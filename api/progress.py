@@ -15,7 +15,7 @@ from tuner import TrialResult
 class CampaignProgress:
     """A context manager whose ``update`` is the campaign's ``on_trial`` callback."""
 
-    def __init__(self, console: Console, title: str, budget: int, done: int = 0):
+    def __init__(self, console: Console, title: str, budget: int, done: int = 0, best: float | None = None):
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -26,7 +26,7 @@ class CampaignProgress:
             console=console,
             transient=False,
         )
-        self._task = self._progress.add_task(title, total=budget, completed=done, best="-", pace="")
+        self._task = self._progress.add_task(title, total=budget, completed=done, best=_best(best), pace="")
         self._started = time.monotonic()
         self._done_at_start = done
         self._title = title
@@ -41,10 +41,14 @@ class CampaignProgress:
     def update(self, result: TrialResult) -> None:
         done_here = result.evaluated - self._done_at_start
         pace = (time.monotonic() - self._started) / max(done_here, 1)
-        best = "-" if result.best_value is None else f"{result.best_value:.6g}"
+        best = _best(result.best_value)
         title = self._title + (f" (warm start: {result.warm_started} earlier trials)" if result.warm_started else "")
         self._progress.update(self._task, description=title, completed=result.evaluated, best=best,
                               pace=f"{pace:.3g} s/trial")
+
+
+def _best(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
 
 
 class ComparisonProgress:

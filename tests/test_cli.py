@@ -179,6 +179,8 @@ def test_resume_takes_the_options_that_say_how_to_run(tmp_path: Path, bdbc):
     again = run_cli("tune", "--resume", str(first["campaign"]), "--parallel", "2", "--max-retries", "1",
                     "--executor", "local", "--db", url, "--json", check=True)
     assert last_json(again.stdout)["campaign"] == first["campaign"]
+    # the bar of a resumed campaign, here one already finished, shows its best so far: it showed "best -"
+    assert f"3/3 best {first['best_value']:.6g}" in " ".join(again.stderr.split()), again.stderr
 
 
 def test_version_and_flags_in_the_help():
