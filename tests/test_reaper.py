@@ -222,6 +222,14 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
     for limited, other_changes in ((True, False), (False, True)):
         r = runner(loop_dir, dirty_limit_mib=64 if limited else 0, warmup_runs=0)
         config = r.space.validate({"fs": "ext2"}, fill_defaults=True)
+        drops, write = [], r.shell.write
+
+        def noting_write(path, value, _write=write, _drops=drops):  # the page-cache drops, which are host-wide
+            if "drop_caches" in str(path):
+                _drops.append(time.monotonic())
+            return _write(path, value)
+
+        r.shell.write = noting_write
         out, other = [], HostSettings(Shell())
         blocked.clear()
         with other.hold(exclusive=other_changes, timeout_s=60):
@@ -234,6 +242,7 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
                 assert blocked.wait(timeout=60)
                 time.sleep(0.5)
                 assert seen == []  # it waits
+                assert drops == []  # and drops no page cache under the holder's run: that is under the lock too
                 assert dirty.read_text().strip() == (str(96 * 2**20) if other_changes else before)  # untouched
                 monkeypatch.setattr(fcntl, "flock", flock)
         run.join(timeout=120)
@@ -242,6 +251,7 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
         assert m.status is Status.SUCCEEDED, m.reason
         timings = m.env["timings_s"]
         assert timings["host_lock_wait"] >= 0.5 and timings["benchmark"] < timings["host_lock_wait"]
+        assert len(drops) == 1 and "settle" in timings  # fio, which drops it again after its layout, is stood in for
         assert seen.pop() == (str(64 * 2**20) if limited else before)  # its own limit, or the host's own value
         assert dirty.read_text().strip() == before
     assert leftovers(loop_dir) == NOTHING
