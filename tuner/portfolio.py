@@ -7,10 +7,8 @@ from the evolution's children and the annealer walks onto the model's finds. Aft
 initial design, the lead asks: BO on a finite space (it scores sampled candidates and the best ones'
 neighbours, every unmeasured configuration once fewer than its ``max_candidates`` are left), else GA. On 7z
 (68,640 configurations) BO's lead took 94 evaluations to near-optimal where GA's took 102, success
-at 200 0.95 against 0.86 (100 seeds, bench/SEARCH.md). Once ``patience`` evaluations bring no new best (20; 10
-beyond ``bayes.LIST_LIMIT``, where BO's candidates are a sliver of the space and its stalls more frequent:
-7z 94 -> 78 evaluations), each
-ask goes to the member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
+at 200 0.95 against 0.86 (100 seeds, bench/SEARCH.md). Once ``patience`` evaluations bring no new best (20),
+each ask goes to the member drawn by discounted Thompson sampling (the bandit of Nevergrad's portfolio), where a proposal
 earns the share of earlier results it beats; a new best hands the asks back to the lead. A bandit from
 the first ask did worse than BO alone (ARCHITECTURE.md: it cannot tell members apart in a few dozen
 proposals). Written by hand: neither Nevergrad nor Optuna can drive StoreTune's own members behind
@@ -32,8 +30,9 @@ from search_spaces.status import loss as to_loss
 from tuner.base import Observation, Tuner
 
 MEMBERS = ("bo", "ga", "sa")  # dqn does not beat random search at these budgets (bench/SEARCH.md)
-PATIENCE = 20  # chosen on HSMGP, BDBC and SS-O (10, 20, 30); 10 cost 2-2.5 evaluations on two synthetic tables
-LARGE_SPACE_PATIENCE = 10  # chosen on 7z (94 -> 78 evaluations), checked on a synthetic 131,072 (bench/SEARCH.md)
+# chosen on HSMGP, BDBC and SS-O (10, 20, 30); 10 cost 2-2.5 evaluations on two synthetic tables. Beyond BO's
+# listing limit it was 10 until BO revisited on its own stalls; since, 20 is faster there too (7z 71.5 -> 62, bench/SEARCH.md)
+PATIENCE = 20
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,7 @@ class Params:
     discount: Annotated[float, Field(gt=0, le=1)] = 0.9  # weight of a reward one proposal older than the last
     prior: Annotated[float, Field(gt=0)] = 1.0  # Beta(prior, prior) before a member has proposed anything
     lead: str = "auto"  # the member asked while the search improves; auto: bo on a finite space, else ga
-    # unset: PATIENCE, or LARGE_SPACE_PATIENCE where BO proposes from sampled candidates and stalls more
-    patience: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, description="evaluations without a new best before the bandit takes over (unset: 20, "
-        "or 10 when BO leads on a finite space of more than 50,000 configurations)")
+    patience: Annotated[int, Field(ge=0)] = PATIENCE  # evaluations without a new best before the bandit takes over
     # BO's Gaussian process costs the cube of its observations: past this many it is retired (GA leads)
     model_limit: Annotated[int, Field(ge=1)] = 500
     # the reward: 1 for beating this share of earlier results (1: the share beaten itself)
@@ -97,13 +93,6 @@ class Portfolio(Tuner):
             raise ValueError(f"auto:lead={lead!r} is not among the members {self.params.members}")
         self.lead = self.names.index(lead)
         self.patience = self.params.patience
-        if self.patience is None:
-            self.patience = PATIENCE
-            if self.names[self.lead] == "bo":  # a rule of BO's stalls
-                from tuner.bayes import LIST_LIMIT  # bo is a member: skopt is loaded already
-
-                if space.finite and space.cardinality() > LIST_LIMIT:
-                    self.patience = LARGE_SPACE_PATIENCE
         self._retired: set[int] = set()  # members no longer asked or told (BO past model_limit)
         self._since_best = 0  # evaluations since the last new best
         self._wins = np.zeros(len(self.members))  # discounted rewards
