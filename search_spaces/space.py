@@ -15,7 +15,7 @@ import numpy as np
 
 from search_spaces.conditions import Condition
 from search_spaces.config import Config, Value, config_hash
-from search_spaces.parameter import InvalidConfig, Parameter
+from search_spaces.parameter import InvalidConfig, Kind, Parameter
 
 MAX_SAMPLE_ATTEMPTS = 10_000
 
@@ -294,12 +294,28 @@ class SearchSpace:
             parts.extend(p.encode(config[p.name] if p.name in config else p.default))
         return np.asarray(parts, dtype=float)
 
-    def encode_many(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """``encode`` of many configurations at once: a (len(configs), width) array."""
+    def encode_many(self, configs: Sequence[Mapping[str, Any]], ordinal_onehot: int = 0) -> np.ndarray:
+        """``encode`` of many configurations at once: a (len(configs), width) array. With ``ordinal_onehot``,
+        each ordinal of 3 to that many values is also encoded one-hot, in columns after those: a model can
+        then weigh each value on its own, where the [0, 1] column alone lets it say only "more is better"
+        (Xval 4 of 0-5 is 7z's best). ``encoded_width`` gives the width."""
+        hot = self._onehot_ordinals(ordinal_onehot)
         if not configs or not self.parameters:
-            return np.empty((len(configs), self.width))
-        return np.hstack([p.encode_many([c[p.name] if p.name in c else p.default for c in configs])
-                          for p in self.parameters])
+            return np.empty((len(configs), self.encoded_width(ordinal_onehot)))
+        columns = [p.encode_many([c[p.name] if p.name in c else p.default for c in configs]) for p in self.parameters]
+        for p in hot:
+            where = {v: i for i, v in enumerate(p.values)}
+            onehot = np.zeros((len(configs), len(where)))
+            onehot[np.arange(len(configs)), [where[c.get(p.name, p.default)] for c in configs]] = 1.0
+            columns.append(onehot)
+        return np.hstack(columns)
+
+    def encoded_width(self, ordinal_onehot: int = 0) -> int:
+        """The width of ``encode_many(configs, ordinal_onehot)``."""
+        return self.width + sum(len(p.values) for p in self._onehot_ordinals(ordinal_onehot))
+
+    def _onehot_ordinals(self, limit: int) -> list[Parameter]:
+        return [p for p in self.parameters if p.kind is Kind.ORDINAL and 2 < len(p.values) <= limit]
 
     def decode(self, vector: Sequence[float]) -> Config:
         """The configuration nearest to a vector; inactive parameters are dropped. Forbidden

@@ -25,6 +25,9 @@ from search_spaces.status import loss as to_loss
 
 # Past this many configurations, fresh() stops listing the space when sampling finds nothing new.
 FRESH_ENUMERATE_LIMIT = 200_000
+# Finite spaces up to this size are listed and encoded once by the algorithms that model them (BO, GA's model
+# immigrants); larger ones are sampled.
+LIST_LIMIT = 50_000
 
 
 @dataclass(frozen=True)

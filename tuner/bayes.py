@@ -43,9 +43,8 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from search_spaces import Config, Kind
-from tuner.base import Observation, Tuner
+from tuner.base import LIST_LIMIT, Observation, Tuner
 
-LIST_LIMIT = 50_000  # finite spaces up to this size are listed and encoded once
 LARGE_SPACE_REVISIT_AFTER = 10  # revisit_after, unset, on a finite space beyond LIST_LIMIT
 LOCAL_PARENTS = 5  # the best configurations whose neighbours are always candidates
 
@@ -97,10 +96,7 @@ class BayesianOptimization(Tuner):
         if self.params.doubt_after and (self.params.acq != "EI" or self.params.surrogate != "gp"):
             raise ValueError("bo:doubt_after averages the expected improvement of two Gaussian processes: "
                              "it needs acq=EI and surrogate=gp")
-        # the ordinals that are also encoded one-hot (``ordinal_onehot``), each with its values' columns
-        self._hot = [(p.name, p.default, {v: i for i, v in enumerate(p.values)}) for p in space.parameters
-                     if p.kind is Kind.ORDINAL and 2 < len(p.values) <= self.params.ordinal_onehot]
-        self._width = width = space.width + sum(len(where) for _, _, where in self._hot)
+        self._width = width = space.encoded_width(self.params.ordinal_onehot)  # with the one-hot ordinals
         self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
             length_scale=np.ones(width), length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
         ) + WhiteKernel(1e-2, (1e-6, 1e0))
@@ -143,14 +139,7 @@ class BayesianOptimization(Tuner):
 
     def _encode_many(self, configs: list[Config]) -> np.ndarray:
         """The model's inputs: the space's [0, 1] encoding, then the one-hot columns of ``ordinal_onehot``."""
-        if not configs:
-            return np.empty((0, self._width))
-        columns = [self.space.encode_many(configs)]
-        for name, default, where in self._hot:
-            hot = np.zeros((len(configs), len(where)))
-            hot[np.arange(len(configs)), [where[c.get(name, default)] for c in configs]] = 1.0
-            columns.append(hot)
-        return np.hstack(columns)
+        return self.space.encode_many(configs, self.params.ordinal_onehot)
 
     # --- tell -------------------------------------------------------------------------------------
     def _tell(self, observation: Observation) -> None:
