@@ -181,11 +181,12 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
         make_tuner("auto", runner.space, seed=0, direction="min", params={"bo_acq": "UCB"})
 
 
-def replay_bo(space, means, targets, *, seed, params, budget):
-    """BO on a table's means until it measures a near-optimal configuration: (evaluations to it or None, BO)."""
+def replay(space, means, targets, *, seed, params, budget, algorithm="bo"):
+    """An algorithm on a table's means until it measures a near-optimal configuration: (evaluations to it or
+    None, the tuner)."""
     from tuner.convergence import evaluations_to_hit
 
-    tuner = make_tuner("bo", space, seed=seed, direction="min", params=params)
+    tuner = make_tuner(algorithm, space, seed=seed, direction="min", params=params)
     evaluated = []
     for _ in range(budget):
         config = tuner.ask(1)[0]
@@ -205,9 +206,9 @@ def test_bo_refits_its_kernel_from_several_starts_and_escapes_a_wrong_basin():
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
     means = runner.table.means("PERF")
     targets = near_optimal(means, "min")
-    single, _ = replay_bo(runner.space, means, targets, seed=42, params={"restarts": 0}, budget=200)
+    single, _ = replay(runner.space, means, targets, seed=42, params={"restarts": 0}, budget=200)
     assert single is None  # the failure this guards against: no near-optimal configuration in 200
-    hit, tuner = replay_bo(runner.space, means, targets, seed=42, params={}, budget=200)
+    hit, tuner = replay(runner.space, means, targets, seed=42, params={}, budget=200)
     assert hit is not None and hit <= 100
     encoded = runner.space.encode(next(iter(targets)))
     assert tuner.params.restarts >= 1 and len(encoded) == len(tuner._kernel.k1.k2.length_scale)
@@ -232,12 +233,12 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
     means = runner.table.means("Performance")
     targets = near_optimal(means, "min")
 
-    stuck, tuner = replay_bo(runner.space, means, targets, seed=14, params={}, budget=150)
+    stuck, tuner = replay(runner.space, means, targets, seed=14, params={}, budget=150)
     assert stuck is None  # the stall this guards against
     names = [p.name for p in runner.space.parameters]
     length = dict(zip(names, tuner._optimizer.models[-1].kernel_.k1.k2.length_scale))
     assert length["o10"] > 10 * length["o8"]  # the model holds o10 inert
-    hit, _ = replay_bo(runner.space, means, targets, seed=14, params={"doubt_after": 15}, budget=150)
+    hit, _ = replay(runner.space, means, targets, seed=14, params={"doubt_after": 15}, budget=150)
     assert hit is not None  # within the 150 evaluations where the fitted model alone found nothing
     with pytest.raises(ValueError, match="needs acq=EI and surrogate=gp"):  # not ignored in silence
         make_tuner("bo", runner.space, seed=0, direction="min", params={"doubt_after": 15, "acq": "LCB"})
@@ -259,13 +260,13 @@ def test_bo_revisiting_rarely_measured_values_frees_a_stall_on_7z():
     means = runner.table.means(runner.table.default_metric)
     targets = near_optimal(means, "min", 0.9712)
     for seed in (15, 4):
-        stuck, tuner = replay_bo(runner.space, means, targets, seed=seed, params={"revisit_after": 0}, budget=200)
+        stuck, tuner = replay(runner.space, means, targets, seed=seed, params={"revisit_after": 0}, budget=200)
         if stuck is None:  # the stall this guards against
             break
     else:
         pytest.fail("neither seed 15 nor 4 stalls without revisits here: find a seed that does (bench/SEARCH.md)")
     assert tuner.best.config["lZMA_lZMA2_pPMd_bZip2_deflate"] != "lZMA2"  # settled on another method
-    hit, tuner = replay_bo(runner.space, means, targets, seed=seed, params={}, budget=200)
+    hit, tuner = replay(runner.space, means, targets, seed=seed, params={}, budget=200)
     assert hit is not None and tuner.revisit_after == LARGE_SPACE_REVISIT_AFTER > 0
     bdbc = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))}).space
     assert make_tuner("bo", bdbc, seed=0, direction="min").revisit_after == 0
@@ -340,6 +341,60 @@ def test_ga_restarts_around_its_elite_after_stalling(bdbc):
     ga._next_generation()
     assert ga.restarts >= 2 and ga._decode(ga._population[0]) == ga.best.config
     assert not any(ga.known(c) for c in map(ga._decode, ga._population[1:]))
+
+
+def test_ga_breeds_from_the_configurations_a_linear_model_ranks_best(tmp_path):
+    """Each generation, ``model_immigrants`` children are replaced by the unmeasured configurations a ridge
+    regression of the measurements ranks best: on a table whose options act additively, the best of all."""
+    import itertools
+
+    weights = np.linspace(0.1, 1.0, 10)
+    rows = ["".join(f"o{i}," for i in range(10)) + "Time-"]
+    rows += [",".join(map(str, bits)) + f",{np.exp(weights @ np.array(bits)):.6f}"
+             for bits in itertools.product((0, 1), repeat=10)]
+    (tmp_path / "additive.csv").write_text("\n".join(rows) + "\n")
+    runner = make_runner("dataset", {"dataset": str(tmp_path / "additive.csv")})
+    means = runner.table.means("Time")
+    best = min(means, key=means.get)
+    ga = make_tuner("ga", runner.space, seed=0, direction="min", params={"model_candidates": 1024})
+    plain = make_tuner("ga", runner.space, seed=0, direction="min", params={"model_immigrants": 0})
+    asked = {}
+    for tuner in (ga, plain):
+        asked[tuner] = []
+        for _ in range(10):  # the first generation: ten random configurations
+            (config,) = tuner.ask(1)
+            tuner.tell(config, means[config])
+            asked[tuner].append(config)
+    assert not ga.known(best) and ga.params.model_immigrants == 3
+    picks = ga._model_immigrants(3)
+    assert picks[0] == best and not any(ga.known(c) for c in picks)
+    ga._next_generation()
+    assert [ga._decode(ind) for ind in ga._population[-3:]][::-1] == picks  # the last three children, bred from next
+    for tuner in (ga, plain):
+        for _ in range(10):
+            (config,) = tuner.ask(1)
+            tuner.tell(config, means[config])
+            asked[tuner].append(config)
+    assert best in asked[ga][10:] and best not in asked[plain]
+    assert plain._model_immigrants(plain.params.model_immigrants) == []
+
+
+def test_ga_s_model_immigrants_free_it_from_sql_all_measurements_trap():
+    """SQL_AllMeasurements is two clusters: 4,042 configurations with 12 to 14 options on, and a small one, no
+    fitter on the whole, that holds all five near-optimal ones. A GA's population collapses into a basin of
+    the large cluster within about 50 evaluations and breeds there; nothing near it leads out. The model's
+    picks read the small effect each of the small cluster's options has on its own, and carry them into the
+    population (bench/SEARCH.md, "GA's trap, and the model immigrants that free it")."""
+    from tuner.convergence import near_optimal
+
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/SQL_AllMeasurements.csv"))})
+    means = runner.table.means(runner.table.default_metric)
+    targets = near_optimal(means, "min", 0.982)
+    trapped, _ = replay(runner.space, means, targets, seed=4, params={"model_immigrants": 0}, budget=200,
+                        algorithm="ga")
+    assert trapped is None  # the trap this guards against
+    hit, _ = replay(runner.space, means, targets, seed=4, params={}, budget=200, algorithm="ga")
+    assert hit is not None and hit <= 100
 
 
 def test_dqn_takes_as_many_gradient_steps_per_result_as_asked(bdbc):

@@ -1,9 +1,16 @@
-"""A genetic algorithm on DEAP: tournament selection, uniform crossover, per-gene mutation.
+"""A genetic algorithm on DEAP: tournament selection, uniform crossover, per-gene mutation, model immigrants.
 
 A chromosome holds one gene per parameter, active or not; the space's ``repair`` turns it into a
 valid configuration (conditions resolved, or the nearest configuration of a table). One generation
 is one batch of asks. An offspring that was measured before takes its known fitness and costs no
 evaluation; a generation with nothing new to measure gets random immigrants.
+
+Each generation also takes ``model_immigrants`` children that were not bred: the configurations a ridge
+regression of every measurement so far ranks best among ``model_candidates`` random unmeasured ones (a
+surrogate-assisted GA; Jin 2011). Breeding alone cannot leave a basin whose neighbourhood says nothing of
+where the best configurations are (SQL_AllMeasurements, bench/SEARCH.md, "GA's trap, and the model
+immigrants that free it"); a linear model reads the small effects the options have on their own, and its
+picks, bred from in turn, carry those options into the population.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from search_spaces import Config, Kind
-from tuner.base import Observation, Tuner
+from tuner.base import LIST_LIMIT, Observation, Tuner
 
 if not hasattr(creator, "StoreTuneFitness"):  # DEAP's creator registers classes globally
     creator.create("StoreTuneFitness", base.Fitness, weights=(-1.0,))
@@ -40,6 +47,13 @@ class Params:
     # evaluations without a new best before the population is re-seeded at random around its elite
     # (CHC's cataclysm); 0: never
     restart_patience: Annotated[int, Field(ge=0)] = 0
+    # children of each generation replaced by a linear model's best-ranked unmeasured configurations, and how
+    # many random unmeasured configurations it ranks (chosen on SQL_AllMeasurements and BDBC, bench/SEARCH.md)
+    model_immigrants: Annotated[int, Field(ge=0)] = 3
+    model_candidates: Annotated[int, Field(ge=1)] = 500
+    # ordinals of 3 to this many values are also encoded one-hot for that model, so that it can rank an interior
+    # value best (7z's Xval 4 of 0-5); linear only, its picks sat at the ends of every ordinal (bench/SEARCH.md)
+    model_onehot: Annotated[int, Field(ge=0)] = 20
 
 
 class GeneticAlgorithm(Tuner):
@@ -58,6 +72,9 @@ class GeneticAlgorithm(Tuner):
         self._seeds: list[Config] = []  # warm-start configurations for the first generation
         self._since_best = 0  # evaluations since the last new best
         self.restarts = 0
+        self._members: list[Config] | None = None  # a listed space, for the model immigrants
+        self._taken: set[Config] = set()
+        self._encoded: np.ndarray | None = None
 
     def warm_start(self, observations: Any) -> None:
         super().warm_start(observations)
@@ -79,8 +96,9 @@ class GeneticAlgorithm(Tuner):
                     break
                 out += fresh
                 continue
+            self._taken = set(out)  # asked in this call, not yet known: no model immigrant may repeat them
             self._next_generation()
-            barren = 0 if self._queue else barren + 1
+            barren = 0 if any(c not in out for c in self._queue) else barren + 1
         return out
 
     def _tell(self, observation: Observation) -> None:
@@ -111,10 +129,41 @@ class GeneticAlgorithm(Tuner):
                         tools.cxUniform(a, b, indpb=0.5)
                 for child in children:
                     self._mutate(child)
+            for j, config in enumerate(self._model_immigrants(min(self.params.model_immigrants, len(children)))):
+                children[len(children) - 1 - j] = self._individual(config)
             self._population = [creator.StoreTuneIndividual(e) for e in elite] + children
         configs = [self._decode(ind) for ind in self._population]
         self.diversity.append(_diversity(configs))
         self._queue = list(dict.fromkeys(c for c in configs if not self.known(c)))
+
+    def _model_immigrants(self, k: int) -> list[Config]:
+        """The k configurations a ridge regression of the warped losses on the encoded options (a weight per
+        option, and per value of a small ordinal) ranks best among ``model_candidates`` random unmeasured ones
+        (a listed space's, or fresh draws). Ridge, not BO's Gaussian process: it costs a millisecond, and
+        what it must read here is the options' effects on their own."""
+        told = [o for o in self.observations if o.loss is not None]
+        if k == 0 or len(told) < 5:
+            return []
+        from sklearn.linear_model import Ridge
+
+        onehot = self.params.model_onehot
+        X = self.space.encode_many([o.config for o in told], onehot)
+        model = Ridge(alpha=1.0).fit(X, np.array([self.warp(o.loss) for o in told]))
+        if self.space.finite and self.space.cardinality() <= LIST_LIMIT:
+            if self._members is None:
+                self._members = list(self.space.enumerate())
+                self._encoded = self.space.encode_many(self._members, onehot)
+            free = np.array([i for i, c in enumerate(self._members) if not self.known(c) and c not in self._taken],
+                            dtype=int)
+            if len(free) > self.params.model_candidates:
+                free = self.rng.choice(free, size=self.params.model_candidates, replace=False)
+            candidates, encoded = [self._members[i] for i in free], self._encoded[free]
+        else:
+            candidates = self.fresh(self.params.model_candidates, list(self._taken))
+            encoded = self.space.encode_many(candidates, onehot)
+        if not candidates:
+            return []
+        return [candidates[i] for i in np.argsort(model.predict(encoded))[:k]]
 
     def _evaluate(self, population: list[Any]) -> None:
         """Fitness from the told losses; a failed or unmeasured individual gets the worst seen."""

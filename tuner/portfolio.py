@@ -52,6 +52,8 @@ class Params:
     # BO's acquisition as a member; PI as the lead's was tried and not kept (bench/SEARCH.md, "A greedier lead")
     bo_acq: Literal["EI", "PI", "LCB"] = "EI"
     bo_ordinal_onehot: Annotated[int, Field(ge=0)] = 0  # BO's ordinal_onehot as a member
+    # GA's model immigrants as a member: none, BO is the portfolio's model (bench/SEARCH.md, "GA's trap")
+    ga_model_immigrants: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("members")
     @classmethod
@@ -82,8 +84,9 @@ class Portfolio(Tuner):
         # BO's own random start would follow the shared one: it is the shared one (BO models from then on)
         bo = {"acq": self.params.bo_acq, "initial_points": self.params.initial_points,
               "ordinal_onehot": self.params.bo_ordinal_onehot}
+        own = {"bo": bo, "ga": {"model_immigrants": self.params.ga_model_immigrants}}
         self.members: list[Tuner] = [
-            make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min", params=bo if name == "bo" else None)
+            make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min", params=own.get(name))
             for i, name in enumerate(self.names)
         ]
         lead = self.params.lead
