@@ -157,6 +157,10 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
     assert tuner.share() == {"initial": 0.125, "bo": 0.875, "ga": 0.0, "sa": 0.0}  # 5 random, then the lead asks
     admission = make_tuner("auto", load_space("admission"), seed=0, direction="min")  # real-valued
     assert admission.names[admission.lead] == "ga"
+    # GA as a member breeds without model immigrants (BO is the portfolio's model), unless asked to
+    assert admission.members[admission.lead].params.model_immigrants == 0
+    asked = make_tuner("auto", load_space("admission"), seed=0, direction="min", params={"ga_model_immigrants": 2})
+    assert asked.members[asked.names.index("ga")].params.model_immigrants == 2
     from search_spaces.catalog import space_from_dict
     from tuner.bayes import LIST_LIMIT
 
