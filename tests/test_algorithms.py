@@ -162,7 +162,7 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
     asked = make_tuner("auto", load_space("admission"), seed=0, direction="min", params={"ga_model_immigrants": 2})
     assert asked.members[asked.names.index("ga")].params.model_immigrants == 2
     from search_spaces.catalog import space_from_dict
-    from tuner.bayes import LIST_LIMIT
+    from tuner.base import LIST_LIMIT
 
     options = [{"name": f"o{i}", "kind": "categorical", "values": [0, 1]} for i in range(17)]
     large = space_from_dict({"name": "large", "parameters": options})
@@ -401,6 +401,22 @@ def test_ga_s_model_immigrants_free_it_from_sql_all_measurements_trap():
     assert hit is not None and hit <= 100
 
 
+@pytest.mark.parametrize("params", [{}, {"model_immigrants": 0}])
+def test_ga_asked_for_more_than_the_space_has_left_returns_what_is_left(params):
+    """A batch ask larger than the unmeasured rest of a space returns that rest. It used to loop forever:
+    a generation whose only new members were already in the batch reset the count of barren generations."""
+    from search_spaces.catalog import space_from_dict
+
+    space = space_from_dict({"name": "sixteen", "parameters": [
+        {"name": f"o{i}", "kind": "categorical", "values": [0, 1]} for i in range(4)]})
+    ga = make_tuner("ga", space, seed=0, direction="min", params=params)
+    first = ga.ask(10)
+    for config in first:
+        ga.tell(config, float(sum(config.values())))
+    rest = ga.ask(20)
+    assert len(rest) == len(set(rest)) == 6 and not set(rest) & set(first)
+
+
 def test_dqn_takes_as_many_gradient_steps_per_result_as_asked(bdbc):
     runner = make_runner("dataset", dataset=str(bdbc))
     means = runner.table.means("PERF")
@@ -422,7 +438,8 @@ def test_bo_revisits_on_a_device_space_too_large_to_list():
     within the space's rules, and some of them are revisits."""
     from search_spaces import load_space
     from test_tuner_contract import toy_loss
-    from tuner.bayes import LARGE_SPACE_REVISIT_AFTER, LIST_LIMIT
+    from tuner.base import LIST_LIMIT
+    from tuner.bayes import LARGE_SPACE_REVISIT_AFTER
 
     space = load_space("storage_v2")
     assert space.finite and space.cardinality() > LIST_LIMIT and space.forbidden

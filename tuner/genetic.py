@@ -73,8 +73,10 @@ class GeneticAlgorithm(Tuner):
         self._since_best = 0  # evaluations since the last new best
         self.restarts = 0
         self._members: list[Config] | None = None  # a listed space, for the model immigrants
-        self._taken: set[Config] = set()
         self._encoded: np.ndarray | None = None
+        self._listed: bool | None = None  # whether the space is small enough to list (counted once)
+        self._rows: dict[Config, np.ndarray] = {}  # each told configuration's encoding, for the model's fit
+        self._taken: set[Config] = set()  # asked by the current ask() call, not yet known
 
     def warm_start(self, observations: Any) -> None:
         super().warm_start(observations)
@@ -147,9 +149,13 @@ class GeneticAlgorithm(Tuner):
         from sklearn.linear_model import Ridge
 
         onehot = self.params.model_onehot
-        X = self.space.encode_many([o.config for o in told], onehot)
+        new = [o.config for o in told if o.config not in self._rows]
+        self._rows.update(zip(new, self.space.encode_many(new, onehot)))  # each configuration encoded once
+        X = np.array([self._rows[o.config] for o in told])
         model = Ridge(alpha=1.0).fit(X, np.array([self.warp(o.loss) for o in told]))
-        if self.space.finite and self.space.cardinality() <= LIST_LIMIT:
+        if self._listed is None:
+            self._listed = self.space.finite and self.space.cardinality() <= LIST_LIMIT
+        if self._listed:
             if self._members is None:
                 self._members = list(self.space.enumerate())
                 self._encoded = self.space.encode_many(self._members, onehot)
