@@ -10,6 +10,7 @@ from rich.table import Table
 from search_spaces import SearchSpace, format_config
 from tuner import CampaignSummary, best_trial
 from tuner.analysis import pins
+from tuner.pareto import format_point
 from tuner.views import CampaignView, TrialView
 
 
@@ -79,7 +80,7 @@ def summary_table(summary: CampaignSummary) -> Table:
         ("history", summary.database),
     ]
     if summary.pareto is not None:
-        reference = ", ".join(f"{m} {v:.6g}" for m, v in (summary.reference_point or {}).items())
+        reference = format_point(summary.reference_point)
         hv = "-" if summary.hypervolume is None else f"{summary.hypervolume:.6g}"
         line = (f"{len(summary.pareto)} trials, hypervolume {hv} (reference: the worst measured, {reference}); "
                 "storetune best lists them")

@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from search_spaces import format_config, format_value
+from tuner.pareto import format_point
 
 
 def campaign_tables(data: dict[str, Any]) -> str:
@@ -29,7 +30,7 @@ def campaign_tables(data: dict[str, Any]) -> str:
         out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')
     pareto = data.get("pareto")
     if pareto and pareto["pareto"]:
-        reference = ", ".join(f"{m} = {v:.6g}" for m, v in pareto["reference_point"].items())
+        reference = format_point(pareto["reference_point"])
         out.append(f"<h2>Pareto set: {len(pareto['pareto'])} trials, hypervolume {pareto['hypervolume']:.6g}</h2>"
                    f"<p>Against the worst value of each metric measured ({e(reference)}).</p>")
         names = list(dict.fromkeys(k for p in pareto["pareto"] for k in p["config"]))

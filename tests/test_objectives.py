@@ -157,6 +157,15 @@ def test_the_pareto_set_from_the_history_is_the_non_dominated_trials(tmp_path, g
     assert len(data["pareto"]["points"]) == 36
     tables = campaign_tables(data)
     assert f"Pareto set: {len(expected)} trials, hypervolume {summary.hypervolume:.6g}" in tables
+    # the reference point reads the same on the page and in the terminal's summary
+    from rich.console import Console
+
+    from api.render import summary_table
+
+    reference = f"Throughput = {-worst[0]:.6g}, Latency = {worst[1]:.6g}"
+    console = Console(width=400, record=True)
+    console.print(summary_table(summary))
+    assert f"({reference})" in tables and f"the worst measured, {reference})" in console.export_text()
     assert "<th>best equal-weight score</th>" in tables and "max equal-weight score of Throughput, Latency" in tables
     figures = campaign_figures(data)
     front = figures["pareto"]["figure"]["data"][1]

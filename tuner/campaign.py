@@ -74,7 +74,9 @@ class InvalidSpec(ValueError):
 SEED_LIMIT = 2**63  # seeds are stored as signed 64-bit integers (SQLite, PostgreSQL's bigint)
 
 
-def _checked(field: str, check: Callable[[], Any]) -> Any:
+def checked(field: str, check: Callable[[], Any]) -> Any:
+    """``check()``, with a ValueError or LookupError it raises turned into InvalidSpec(field): the clear
+    error a campaign's or a comparison's specification gets, naming the field that was wrong."""
     try:
         return check()
     except InvalidSpec:
@@ -118,19 +120,19 @@ class Campaign:
         """The runner (with the pinned parameters) and objective of ``spec``, after every check a new
         campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
         unknown metric raise ValueError. Nothing is written."""
-        runner = runner or _checked("runner_settings", lambda: _driver_runner(spec.runner, spec.runner_settings,
+        runner = runner or checked("runner_settings", lambda: _driver_runner(spec.runner, spec.runner_settings,
                                                                               executor))
-        runner.space = _checked("fix", lambda: runner.space.fix(spec.fixed, strict=True))  # an unknown parameter or value
+        runner.space = checked("fix", lambda: runner.space.fix(spec.fixed, strict=True))  # an unknown parameter or value
         check_pins = getattr(runner, "check_pins", None)  # optional (RunnerBase): pins that leave nothing to tune
         if check_pins is not None:
-            _checked("fix", lambda: check_pins({name: runner.space[name].canonical(value)
+            checked("fix", lambda: check_pins({name: runner.space[name].canonical(value)
                                                 for name, value in spec.fixed.items()}))
-        _checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
-        objective = _checked("objective" if spec.objective is not None else "metric", lambda: resolve_objective(
+        checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
+        objective = checked("objective" if spec.objective is not None else "metric", lambda: resolve_objective(
             runner.metrics(), spec.metric, spec.direction, spec.objective))
         algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
         if getattr(objective, "kind", None) == "pareto":
-            _checked("algorithm", lambda: check_pareto_algorithm(algorithm))
+            checked("algorithm", lambda: check_pareto_algorithm(algorithm))
         if isinstance(objective, MultiObjective) and spec.warm_start != "none":
             raise InvalidSpec("warm_start", f"--warm-start {spec.warm_start} needs a single --metric: the scores of an "
                                             "--objective are relative to each campaign's first trial")
@@ -142,14 +144,14 @@ class Campaign:
                                    ("batch size", "parallel", spec.batch_size)):
             if value < 1:
                 raise InvalidSpec(field, f"the {name} must be at least 1, not {value}")
-        _checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
+        checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
         size = runner.space.cardinality() if runner.space.finite else None
         if size is not None and spec.budget > size:
             pins = f" with {', '.join(f'{k}={v}' for k, v in spec.fixed.items())}" if spec.fixed else ""
             raise InvalidSpec("budget",
                               f"a budget of {spec.budget} is more than the {size} configurations of "
                               f"{runner.space.name}{pins}; use a budget of {size} or less")
-        tuner = _checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
+        tuner = checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
                                                                 direction=objective.direction,
                                                                 params=spec.algorithm_params))
         if (capacity := tuner.capacity()) is not None:  # a fixed set of configurations (grid)
@@ -168,7 +170,7 @@ class Campaign:
         algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
         features = record_fingerprint(history, runner)
         if spec.warm_start == "similar":
-            _checked("warm_start", lambda: _similar(history, runner, objective.metric, features, spec.budget))
+            checked("warm_start", lambda: _similar(history, runner, objective.metric, features, spec.budget))
         record = history.create_campaign(
             space_name=runner.space.name,
             space_fingerprint=runner.space.fingerprint(),

@@ -17,7 +17,7 @@ import numpy as np
 from runners import Runner, Status, make_runner
 from search_spaces import Config
 from tuner.analysis import best_trial, json_safe
-from tuner.campaign import InvalidSpec, _checked
+from tuner.campaign import InvalidSpec, checked
 from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
 from tuner.executor import Executor, LocalExecutor, worker_runner
 from tuner.history import History
@@ -152,9 +152,9 @@ class Comparison:
                 "budget", f"a budget of {spec.budget} is more than the {size} configurations of {runner.table.name}: "
                 f"every search would measure the whole table; use --budget {size} or less"
             )
-        objective = _checked("metric", lambda: Objective.resolve(runner.metrics(), spec.metric, spec.direction))
+        objective = checked("metric", lambda: Objective.resolve(runner.metrics(), spec.metric, spec.direction))
         for v in spec.variants:  # unknown algorithms and hyperparameters fail here, before any write
-            _checked("algorithms", lambda v=v: make_tuner(v.algorithm, runner.space, seed=0,
+            checked("algorithms", lambda v=v: make_tuner(v.algorithm, runner.space, seed=0,
                                                           direction=objective.direction, params=dict(v.params)))
         return runner, objective
 

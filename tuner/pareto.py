@@ -16,6 +16,11 @@ from tuner.objective import MultiObjective, trial_means
 from tuner.views import TrialView
 
 
+def format_point(point: dict[str, float] | None) -> str:
+    """A point of metric values (a hypervolume's reference), as every report prints it."""
+    return ", ".join(f"{m} = {v:.6g}" for m, v in (point or {}).items())
+
+
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
     """Is loss vector ``a`` at least as good as ``b`` everywhere and better somewhere?"""
     return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
