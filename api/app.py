@@ -13,10 +13,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 from fastapi.responses import JSONResponse, Response
 
-from api.deps import Service, ServiceDep
+from api.deps import Service, ServiceDep, guarded, token_refusal
 from api.routes import campaigns, catalog, comparisons, workloads
 from api.scheduler import Scheduler
 from api.schemas import Health
@@ -60,6 +62,13 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.include_router(comparisons.router)
     app.include_router(workloads.router)
     app.include_router(catalog.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError) -> Response:
+        refusal = token_refusal(request, request.app.state.service) if guarded(request) else None
+        if refusal is not None:  # a caller without the token learns nothing of what the body should be
+            return await http_exception_handler(request, refusal)
+        return await request_validation_exception_handler(request, e)
 
     @app.exception_handler(Refused)
     async def refused(_request: Request, e: Refused) -> JSONResponse:

@@ -53,18 +53,33 @@ def service(request: Request) -> Service:
 ServiceDep = Annotated[Service, Depends(service)]
 
 
-def require_token(request: Request, svc: ServiceDep) -> None:
-    """Mutating calls need 'Authorization: Bearer <token>' when the server has STORETUNE_TOKEN."""
+def token_refusal(request: Request, svc: Service) -> HTTPException | None:
+    """The 401 a mutating call gets without the server's STORETUNE_TOKEN as its bearer token (None if it may go on)."""
     token = svc.settings.token
     if not token:
-        return
+        return None
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), token.encode()):
-        raise HTTPException(401, "this call changes the history: send 'Authorization: Bearer <token>' "
-                                 "with the server's STORETUNE_TOKEN", headers={"WWW-Authenticate": "Bearer"})
+        return HTTPException(401, "this call changes the history: send 'Authorization: Bearer <token>' "
+                                  "with the server's STORETUNE_TOKEN", headers={"WWW-Authenticate": "Bearer"})
+    return None
+
+
+def require_token(request: Request, svc: ServiceDep) -> None:
+    """Mutating calls need 'Authorization: Bearer <token>' when the server has STORETUNE_TOKEN."""
+    refusal = token_refusal(request, svc)
+    if refusal is not None:
+        raise refusal
 
 
 Auth = [Depends(require_token)]
+
+
+def guarded(request: Request) -> bool:
+    """Does the route ``request`` reached need the token? FastAPI parses a JSON body before it runs any
+    dependency, so a malformed body would otherwise answer 422, and say what the route expects, before 401."""
+    route = request.scope.get("route")
+    return any(d.dependency is require_token for d in getattr(route, "dependencies", ()))
 
 
 @dataclass(frozen=True)

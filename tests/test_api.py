@@ -300,6 +300,13 @@ def test_a_token_guards_every_mutating_call_and_reads_stay_open(history_url, tmp
         assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
         assert client.post("/comparisons", json={"dataset": [str(bdbc)]}).status_code == 401
         assert client.post("/campaigns/1/cancel").status_code == 401
+        # a body that is not JSON, or not a campaign, is refused for the token first, before it is parsed
+        for body in ("{not json", "[]"):
+            bad = client.post("/campaigns", content=body, headers={"Content-Type": "application/json"})
+            assert bad.status_code == 401 and bad.headers["www-authenticate"] == "Bearer", bad.text
+        malformed = client.post("/campaigns", content="{not json", headers={"Content-Type": "application/json",
+                                                                             "Authorization": "Bearer s3cret"})
+        assert malformed.status_code == 422 and malformed.json()["detail"][0]["type"] == "json_invalid"
         assert client.get("/campaigns").status_code == 200 and client.get("/health").json()["auth"] is True
         ok = client.post("/campaigns", json=bdbc_campaign(bdbc), headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 201
