@@ -49,9 +49,11 @@ def test_retell_replaces_the_observation_and_the_model_sees_the_new_mean(bdbc):
         configs = tuner.ask(3)
         for i, c in enumerate(configs):
             tuner.tell(c, 10.0 + i)
+            assert tuner.loss_scale() == pytest.approx(0.5 * i or 10.0)  # kept between tells, renewed by each
         tuner.retell(configs[0], 20.0)
         assert len(tuner.observations) == 3 and tuner.told_loss(configs[0]) == 20.0
         assert tuner.best.config == configs[1]
+        assert tuner.loss_scale() == pytest.approx(4.5)  # the IQR of 20, 11, 12 (not of 10, 11, 12: 1)
         if algorithm == "bo":
             assert tuner._optimizer.yi[0] == pytest.approx(tuner.warp(20.0))
         if algorithm == "auto":

@@ -76,6 +76,8 @@ class Tuner(ABC):
         self.warm_started = 0  # the first observations: earlier campaigns' trials, told by warm_start
         self._unmeasured: list[Config] | None = None
         self._reference: float | None = None  # the scale of warp()
+        self._scales: dict[bool, tuple[int, float]] = {}  # loss_scale's, by warped: (self._version, scale)
+        self._version = 0  # changes whenever an observation is added or replaced
         self._told: dict[Config, Status] = {}
         self._losses: dict[Config, float | None] = {}
         self._asked: set[Config] = set()
@@ -126,6 +128,7 @@ class Tuner(ABC):
         Pareto objective's losses (one per metric); only multi-objective algorithms read it."""
         observation = self._observation(config, value, status, vector)
         self.observations.append(observation)
+        self._version += 1
         self._told[observation.config] = observation.status
         self._losses[observation.config] = observation.loss
         self._tell(observation)
@@ -156,6 +159,7 @@ class Tuner(ABC):
             return
         index = max(i for i, o in enumerate(self.observations) if o.config == new.config)
         old, self.observations[index] = self.observations[index], new
+        self._version += 1
         self._told[new.config] = new.status
         self._losses[new.config] = new.loss
         self._retell(old, new)
@@ -218,7 +222,16 @@ class Tuner(ABC):
         return float(np.sign(loss) * np.log1p(abs(loss) / self._reference))
 
     def loss_scale(self, warped: bool = False) -> float:
-        """A robust spread of the losses seen so far (or of their warps), to normalise differences."""
+        """A robust spread of the losses seen so far (or of their warps), to normalise differences.
+        Kept until the observations change: DQN and SA ask for it once per move they weigh."""
+        cached = self._scales.get(warped)
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
+        scale = self._loss_scale(warped)
+        self._scales[warped] = (self._version, scale)
+        return scale
+
+    def _loss_scale(self, warped: bool) -> float:
         losses = np.array([self.warp(o.loss) if warped else o.loss for o in self.observations if o.loss is not None])
         if len(losses) < 2:
             return max(abs(float(losses[0])), 1e-12) if len(losses) else 1.0
