@@ -117,7 +117,7 @@ def _best_of_several(record: Any, rows: list[Any], top: Any, as_json: bool) -> N
     """``best`` of a campaign with an objective over several metrics: the reported trial with each metric's
     mean, and for a Pareto objective the Pareto set from the history and its hypervolume."""
     from tuner.objective import MultiObjective, trial_means
-    from tuner.pareto import pareto_set
+    from tuner.pareto import format_point, pareto_set
 
     objective = MultiObjective.from_spec(record.objective)
     result: dict[str, Any] = {
@@ -130,7 +130,7 @@ def _best_of_several(record: Any, rows: list[Any], top: Any, as_json: bool) -> N
     if as_json:
         print(json.dumps(result))
         return
-    shown = ", ".join(f"{m} = {v:.6g}" for m, v in (result["values"] or {}).items())
+    shown = format_point(result["values"])
     what = {"weighted": "best weighted score", "rank": "lexicographic best",
             "pareto": "best equal-weight score"}[objective.kind]
     console.print(f"campaign {record.id} ({objective.text}): {what} {top.value:.6g} at trial {top.number}: {shown}",
@@ -138,9 +138,9 @@ def _best_of_several(record: Any, rows: list[Any], top: Any, as_json: bool) -> N
     for key, value in top.config.items():
         console.print(f"  {key} = {value}")
     if objective.kind == "pareto":
-        reference = ", ".join(f"{m} = {v:.6g}" for m, v in result["reference_point"].items())
+        reference = format_point(result["reference_point"])
         console.print(f"Pareto set: {len(result['pareto'])} trials, hypervolume {result['hypervolume']:.6g} "
                       f"against the worst value of each metric measured ({reference})", highlight=False)
         for p in result["pareto"]:
-            values = ", ".join(f"{m} = {v:.6g}" for m, v in p["values"].items())
+            values = format_point(p["values"])
             console.print(f"  trial {p['trial']}: {values}   {format_config(Config(p['config']))}", highlight=False)

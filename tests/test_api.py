@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -300,10 +301,21 @@ def test_a_token_guards_every_mutating_call_and_reads_stay_open(history_url, tmp
         assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
         assert client.post("/comparisons", json={"dataset": [str(bdbc)]}).status_code == 401
         assert client.post("/campaigns/1/cancel").status_code == 401
-        # a body that is not JSON, or not a campaign, is refused for the token first, before it is parsed
-        for body in ("{not json", "[]"):
-            bad = client.post("/campaigns", content=body, headers={"Content-Type": "application/json"})
-            assert bad.status_code == 401 and bad.headers["www-authenticate"] == "Bearer", bad.text
+        # a body that is not JSON is refused for the token first, before it is parsed
+        for path in ("/campaigns", "/comparisons", "/fingerprints"):
+            bad = client.post(path, content="{not json", headers={"Content-Type": "application/json"})
+            assert bad.status_code == 401 and bad.headers["www-authenticate"] == "Bearer", (path, bad.text)
+        assert client.get("/campaigns", params={"limit": "x"}).status_code == 422  # a read's bad query: no token asked
+        # api.deps.guarded answers 401 before 422 by the method: right only while every call that is not a
+        # read carries Auth, which answers a well-formed call without the token with 401 too
+        from api.deps import READS
+
+        calls = [(method.upper(), re.sub(r"\{[^}]+\}", "1", path))
+                 for path, item in client.get("/openapi.json").json()["paths"].items()
+                 for method in item if method.upper() not in READS]
+        assert len(calls) >= 5
+        for method, path in calls:
+            assert client.request(method, path, json={}).status_code == 401, (method, path)
         malformed = client.post("/campaigns", content="{not json", headers={"Content-Type": "application/json",
                                                                              "Authorization": "Bearer s3cret"})
         assert malformed.status_code == 422 and malformed.json()["detail"][0]["type"] == "json_invalid"

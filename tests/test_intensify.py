@@ -54,6 +54,11 @@ def test_retell_replaces_the_observation_and_the_model_sees_the_new_mean(bdbc):
         assert len(tuner.observations) == 3 and tuner.told_loss(configs[0]) == 20.0
         assert tuner.best.config == configs[1]
         assert tuner.loss_scale() == pytest.approx(4.5)  # the IQR of 20, 11, 12 (not of 10, 11, 12: 1)
+        warped = sorted(tuner.warp(v) for v in (20.0, 11.0, 12.0))  # a scale of its own, kept apart
+        assert tuner.loss_scale(warped=True) == pytest.approx((warped[1] + warped[2]) / 2 - (warped[0] + warped[1]) / 2)
+        assert tuner.loss_scale() == pytest.approx(4.5)
+        if algorithm == "auto":
+            assert all(m.loss_scale() == pytest.approx(4.5) for m in tuner.members)
         if algorithm == "bo":
             assert tuner._optimizer.yi[0] == pytest.approx(tuner.warp(20.0))
         if algorithm == "auto":

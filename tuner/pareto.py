@@ -17,7 +17,7 @@ from tuner.views import TrialView
 
 
 def format_point(point: dict[str, float] | None) -> str:
-    """A point of metric values (a hypervolume's reference), as every report prints it."""
+    """A point of metric values (a trial's, or a hypervolume's reference), as every report prints it."""
     return ", ".join(f"{m} = {v:.6g}" for m, v in (point or {}).items())
 
 
