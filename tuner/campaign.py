@@ -121,12 +121,12 @@ class Campaign:
         campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
         unknown metric raise ValueError. Nothing is written."""
         runner = runner or checked("runner_settings", lambda: _driver_runner(spec.runner, spec.runner_settings,
-                                                                              executor))
+                                                                             executor))
         runner.space = checked("fix", lambda: runner.space.fix(spec.fixed, strict=True))  # an unknown parameter or value
         check_pins = getattr(runner, "check_pins", None)  # optional (RunnerBase): pins that leave nothing to tune
         if check_pins is not None:
             checked("fix", lambda: check_pins({name: runner.space[name].canonical(value)
-                                                for name, value in spec.fixed.items()}))
+                                               for name, value in spec.fixed.items()}))
         checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
         objective = checked("objective" if spec.objective is not None else "metric", lambda: resolve_objective(
             runner.metrics(), spec.metric, spec.direction, spec.objective))
@@ -152,8 +152,8 @@ class Campaign:
                               f"a budget of {spec.budget} is more than the {size} configurations of "
                               f"{runner.space.name}{pins}; use a budget of {size} or less")
         tuner = checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
-                                                                direction=objective.direction,
-                                                                params=spec.algorithm_params))
+                                                               direction=objective.direction,
+                                                               params=spec.algorithm_params))
         if (capacity := tuner.capacity()) is not None:  # a fixed set of configurations (grid)
             held, why = capacity
             if spec.budget > held:

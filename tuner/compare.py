@@ -155,7 +155,7 @@ class Comparison:
         objective = checked("metric", lambda: Objective.resolve(runner.metrics(), spec.metric, spec.direction))
         for v in spec.variants:  # unknown algorithms and hyperparameters fail here, before any write
             checked("algorithms", lambda v=v: make_tuner(v.algorithm, runner.space, seed=0,
-                                                          direction=objective.direction, params=dict(v.params)))
+                                                         direction=objective.direction, params=dict(v.params)))
         return runner, objective
 
     @classmethod
