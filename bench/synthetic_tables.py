@@ -11,6 +11,15 @@ configurations sit within 1% of the best; ``--interactions`` pairs get a Laplace
 Written by hand: the generator is twenty lines and must be reproducible from its seed. The tables are
 written in the MOOT format (options, then ``Performance-``), so every StoreTune command reads them.
 
+    .venv/bin/python bench/synthetic_tables.py --out results/ordinal --options 11 --ordinals 2 --levels 6 --shape cliff
+
+``--ordinals N`` adds N ordinal options of ``--levels`` values each (``d0``, ``d1``, ...; their effects are
+drawn from a second random stream, so the binary options' effects are those of the same seed without
+them). ``--shape smooth`` makes each influential ordinal act in order, a random quadratic of its position
+(HSMGP's `Pre` and `Post`, SS-A's `Spliters`); ``--shape cliff`` makes it act apart from its order: the
+objective improves steadily up to a random value and jumps 3-20x past it (7z's `Xval`, best at 4 and
+9x worse at 6).
+
     .venv/bin/python bench/synthetic_tables.py --out results/sampled --sample 7z:0.05,7z:0.2,BDBC:0.2,HSMGP_num:0.2
 
 ``--sample NAME:SHARE`` instead writes a table of ``SHARE`` of the rows of a measured MOOT table, drawn at
@@ -27,22 +36,41 @@ from pathlib import Path
 import numpy as np
 
 
-def table(seed: int, options: int = 12, interactions: int = 3, scale: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
-    """Every configuration (a 0/1 matrix) and its objective."""
+def table(seed: int, options: int = 12, interactions: int = 3, scale: float = 0.3, ordinals: int = 0,
+          levels: int = 6, shape: str = "smooth") -> tuple[np.ndarray, np.ndarray]:
+    """Every configuration (binary options, then ordinal positions) and its objective."""
     rng = np.random.default_rng(seed)
-    X = np.array(list(itertools.product((0, 1), repeat=options)), dtype=int)
+    X = np.array(list(itertools.product(*[(0, 1)] * options, *[range(levels)] * ordinals)), dtype=int)
     influential = rng.random(options) < 0.4  # the rest change the objective by well under 1% each
     main = np.where(influential, rng.laplace(0.0, scale, size=options), rng.laplace(0.0, scale / 100, size=options))
     pairs = [tuple(rng.choice(options, size=2, replace=False)) for _ in range(interactions)]
-    log_y = X @ main
+    log_y = X[:, :options] @ main
     for i, j in pairs:
         log_y = log_y + rng.laplace(0.0, 2 * scale) * X[:, i] * X[:, j]
+    extra = np.random.default_rng([seed, 1])  # the ordinals' own stream: the binary effects stay the seed's
+    for k in range(ordinals):
+        log_y = log_y + ordinal_effect(extra, levels, shape, scale)[X[:, options + k]]
     y = 100.0 * np.exp(log_y - log_y.min()) * np.exp(rng.normal(0.0, 0.002, size=len(X)))
     return X, y
 
 
-def write(path: Path, X: np.ndarray, y: np.ndarray) -> None:
-    header = ",".join(f"o{i}" for i in range(X.shape[1])) + ",Performance-"
+def ordinal_effect(rng: np.random.Generator, levels: int, shape: str, scale: float) -> np.ndarray:
+    """The effect on the log objective of each of an ordinal's values, in order."""
+    t = np.arange(levels) / (levels - 1)
+    if shape == "smooth":  # a quadratic of the position: mostly monotone, sometimes a broad valley
+        return rng.laplace(0.0, scale) * t + rng.laplace(0.0, scale / 2) * t**2
+    if shape != "cliff":
+        raise ValueError(f"--shape {shape!r}: choose smooth or cliff")
+    edge = int(rng.integers(1, levels - 1))  # the last good value: improving up to it, far worse past it
+    slope = abs(rng.laplace(0.0, scale)) / edge
+    return np.where(np.arange(levels) <= edge, -slope * np.arange(levels),
+                    -slope * edge + rng.uniform(np.log(3), np.log(20)) + slope * (np.arange(levels) - edge))
+
+
+def write(path: Path, X: np.ndarray, y: np.ndarray, options: int | None = None) -> None:
+    options = X.shape[1] if options is None else options
+    names = [f"o{i}" for i in range(options)] + [f"d{k}" for k in range(X.shape[1] - options)]
+    header = ",".join(names) + ",Performance-"
     rows = [",".join(map(str, x)) + f",{v:.4f}" for x, v in zip(X, y)]
     path.write_text(header + "\n" + "\n".join(rows) + "\n")
 
@@ -54,6 +82,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=1000)
     parser.add_argument("--options", type=int, default=12)
     parser.add_argument("--interactions", type=int, default=3)
+    parser.add_argument("--ordinals", type=int, default=0, help="ordinal options beside the binary ones")
+    parser.add_argument("--levels", type=int, default=6, help="values of each ordinal option")
+    parser.add_argument("--shape", choices=("smooth", "cliff"), default="smooth", help="how the ordinals act")
     parser.add_argument("--sample", default="", help="NAME:SHARE,...: rows sampled from ../shared's MOOT tables")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -61,9 +92,10 @@ def main() -> None:
         sample(args.sample, args.out, args.first_seed)
         return
     for seed in range(args.first_seed, args.first_seed + args.tables):
-        X, y = table(seed, args.options, args.interactions)
-        path = args.out / f"synthetic-{seed}.csv"
-        write(path, X, y)
+        X, y = table(seed, args.options, args.interactions, ordinals=args.ordinals, levels=args.levels,
+                     shape=args.shape)
+        path = args.out / f"synthetic-{seed}{f'-{args.shape}' if args.ordinals else ''}.csv"
+        write(path, X, y, args.options)
         near = int(np.sum(y <= y.min() / 0.99))
         print(f"{path}: {len(y)} configurations, {near} within 1% of the best, spread {y.max() / y.min():.1f}x")
 

@@ -218,6 +218,38 @@ def test_bo_refits_its_kernel_from_several_starts_and_escapes_a_wrong_basin():
     assert tuner.params.restarts >= 1 and len(encoded) == len(tuner._kernel.k1.k2.length_scale)
 
 
+def test_synthetic_tables_with_ordinals_of_either_shape(tmp_path):
+    """bench/synthetic_tables.py's ordinals: ``smooth`` acts in order (a quadratic of the position), ``cliff``
+    improves up to a value short of the last and is 3-20x worse past it (7z's Xval); the binary options'
+    effects are those of the same seed without ordinals, so earlier tables stay as they were."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("synthetic_tables", ROOT / "bench" / "synthetic_tables.py")
+    synthetic = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synthetic)
+    X0, y0 = synthetic.table(7, options=4)
+    for shape in ("smooth", "cliff"):
+        X, y = synthetic.table(7, options=4, ordinals=2, levels=6, shape=shape)
+        assert X.shape == (16 * 36, 6) and set(X[:, 4]) == set(range(6))
+        at_zero = (X[:, 4] == 0) & (X[:, 5] == 0)  # the binary part alone, up to the noise
+        assert np.allclose(np.log(y[at_zero] / y[at_zero][0]), np.log(y0 / y0[0]), atol=0.02)
+        for k in (4, 5):
+            best = np.array([y[X[:, k] == v].min() for v in range(6)]) / y.min()
+            if shape == "cliff":
+                edge = int(np.argmin(best))
+                assert 0 < edge < 5 and best[edge + 1] > 2.5 * best[edge]  # the cliff, past the last good value
+                assert np.all(np.diff(best[: edge + 1]) < 0.01)  # improving up to it
+            else:
+                assert np.max(best) < 3  # no cliff: scale 0.3 on the log, at most a few times that
+    synthetic.write(tmp_path / "t.csv", X, y, options=4)
+    header = (tmp_path / "t.csv").read_text().splitlines()[0]
+    assert header == "o0,o1,o2,o3,d0,d1,Performance-"
+    with pytest.raises(ValueError, match="smooth or cliff"):
+        synthetic.table(7, options=2, ordinals=1, shape="steps")
+
+
 def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
     """On a synthetic table nobody tuned on (bench/synthetic_tables.py, seed 2001), BO seed 14 settles 6% from
     the best: the near-optimal configurations need o8 on and o10 off together, and near the incumbent o10
@@ -297,10 +329,61 @@ def test_bo_can_also_encode_small_ordinals_one_hot():
         config = bo.ask(1)[0]
         bo.tell(config, means[config])
     assert len(bo._optimizer.models[-1].kernel_.k1.k2.length_scale) == space.width + len(values)
-    auto = make_tuner("auto", space, seed=0, direction="min", params={"bo_ordinal_onehot": 8})
-    assert auto.members[auto.names.index("bo")].params.ordinal_onehot == 8
+    auto = make_tuner("auto", space, seed=0, direction="min", params={"bo_ordinal_onehot": 5})
+    assert auto.members[auto.names.index("bo")].params.ordinal_onehot == 5
+    member = make_tuner("auto", space, seed=0, direction="min").members[0]  # auto's default: one-hot from the 21st
+    assert (member.name, member.params.ordinal_onehot, member.params.ordinal_onehot_after) == ("bo", 8, 20)
     with pytest.raises(ValueError):
         make_tuner("bo", space, seed=0, direction="min", params={"ordinal_onehot": -1})
+
+
+def test_bo_adds_the_one_hot_columns_after_its_first_observations():
+    """With ``ordinal_onehot_after`` N, BO models the positions alone for N observations, then tells the same
+    observations again to a model over the wider encoding, its kernel starting from the positions' fitted
+    length scales, and from then on scores its candidates in it (a listed space's too). On a space with no
+    ordinal of 3 to 8 values nothing is rebuilt: the asks are those of a BO without the option."""
+    for table in ("7z", "HSMGP_num"):  # sampled (beyond LIST_LIMIT) and listed candidates
+        runner = make_runner("dataset", {"dataset": str(shared(f"moot_configs/{table}.csv"))})
+        space, means = runner.space, runner.table.means(runner.table.default_metric)
+        params = {"ordinal_onehot": 8, "ordinal_onehot_after": 20}
+        bo, twin = (make_tuner("bo", space, seed=3, direction="min", params=params) for _ in range(2))
+        told = []
+        for _ in range(20):
+            config = bo.ask(1)[0]
+            for tuner in (bo, twin):
+                tuner.tell(config, means[config])
+            told.append(config)
+        assert np.array_equal(np.asarray(bo._optimizer.Xi), space.encode_many(told))  # positions only
+        targets = list(bo._optimizer.yi)
+        wide = space.encode_many(told, 8)
+        assert wide.shape[1] > space.width
+        fitted = np.array(twin._kernel.k1.k2.length_scale)
+        twin._widen()  # what the 21st tell starts with
+        assert np.array_equal(twin._kernel.k1.k2.length_scale, np.r_[fitted, np.ones(wide.shape[1] - space.width)])
+        assert np.array_equal(np.asarray(twin._optimizer.Xi), wide) and twin._optimizer.yi == targets
+
+        config = bo.ask(1)[0]
+        bo.tell(config, means[config])
+        assert np.array_equal(np.asarray(bo._optimizer.Xi), space.encode_many(told + [config], 8))
+        assert bo._optimizer.yi[:20] == targets and len(bo._optimizer.yi) == 21
+        assert len(bo._optimizer.models[-1].kernel_.k1.k2.length_scale) == wide.shape[1]  # refitted on them
+        assert bo._fitted_at == 21
+        candidates, X = bo._candidates()
+        assert len(candidates) > 100 and np.array_equal(X, space.encode_many(candidates, 8))
+
+    bdbc = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
+    bdbc_means = bdbc.table.means(bdbc.table.default_metric)
+    asks = []
+    for params in ({}, {"ordinal_onehot": 8, "ordinal_onehot_after": 12}):
+        tuner, seen = make_tuner("bo", bdbc.space, seed=1, direction="min", params=params), []
+        first = tuner._optimizer
+        for _ in range(25):
+            config = tuner.ask(1)[0]
+            tuner.tell(config, bdbc_means[config])
+            seen.append(config)
+        assert tuner._optimizer is first  # never rebuilt
+        asks.append(seen)
+    assert asks[0] == asks[1]
 
 
 def test_auto_warm_starts_its_members_with_losses_when_the_metric_is_maximised():

@@ -83,6 +83,10 @@ class Params:
     # smoothness and gains a length scale per value, so that one value can differ from its neighbours (7z's
     # Xval 4, the last before a cliff, 10% better than 2). 0: positions only (bench/SEARCH.md, "Ordinals one-hot too")
     ordinal_onehot: Annotated[int, Field(ge=0)] = 0
+    # observations told before the one-hot columns join the model (0: from the start). Told later, they leave
+    # an easy search to the positions, whose few length scales the first measurements can fit, and give a
+    # long one a length scale per value (bench/SEARCH.md, "One-hot ordinals after 20 evaluations")
+    ordinal_onehot_after: Annotated[int, Field(ge=0)] = 0
 
 
 class BayesianOptimization(Tuner):
@@ -96,18 +100,9 @@ class BayesianOptimization(Tuner):
         if self.params.doubt_after and (self.params.acq != "EI" or self.params.surrogate != "gp"):
             raise ValueError("bo:doubt_after averages the expected improvement of two Gaussian processes: "
                              "it needs acq=EI and surrogate=gp")
-        self._width = width = space.encoded_width(self.params.ordinal_onehot)  # with the one-hot ordinals
-        self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
-            length_scale=np.ones(width), length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
-        ) + WhiteKernel(1e-2, (1e-6, 1e0))
-        self._optimizer = Optimizer(
-            [Real(0.0, 1.0) for _ in range(width)],
-            base_estimator=self._estimator(fit_hyperparameters=True),
-            n_initial_points=self.params.initial_points,
-            acq_optimizer="sampling",
-            acq_optimizer_kwargs={"n_points": 1},  # skopt's own candidate search is replaced by ours
-            random_state=self.seed,
-        )
+        self._onehot = 0 if self.params.ordinal_onehot_after else self.params.ordinal_onehot
+        self._xi_configs: list[Config] = []  # the configurations of the optimizer's Xi, in order
+        self._build(np.ones(space.encoded_width(self._onehot)))
         self._fitted_at = 0
         self._members: list[Config] | None = None
         self._index: dict[Config, int] = {}
@@ -122,6 +117,42 @@ class BayesianOptimization(Tuner):
         self.revisit_after = self.params.revisit_after
         if self.revisit_after is None:  # chosen on 7z, checked on a synthetic table of 131,072 (bench/SEARCH.md)
             self.revisit_after = LARGE_SPACE_REVISIT_AFTER if space.finite and self._members is None else 0
+
+    def _build(self, length_scale: np.ndarray) -> None:
+        """A fresh skopt ``Optimizer`` over the current encoding's width, its kernel starting at ``length_scale``."""
+        self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
+            length_scale=length_scale, length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
+        ) + WhiteKernel(1e-2, (1e-6, 1e0))
+        self._optimizer = Optimizer(
+            [Real(0.0, 1.0) for _ in range(len(length_scale))],
+            base_estimator=self._estimator(fit_hyperparameters=True),
+            n_initial_points=self.params.initial_points,
+            acq_optimizer="sampling",
+            acq_optimizer_kwargs={"n_points": 1},  # skopt's own candidate search is replaced by ours
+            random_state=self.seed,
+        )
+
+    def _widen(self) -> None:
+        """Add the one-hot columns: the same observations, told again to a model over the wider encoding,
+        its position length scales carried over and the kernel refitted at the next tell."""
+        width = self.space.encoded_width(self.params.ordinal_onehot)
+        self._onehot = self.params.ordinal_onehot
+        if width == self.space.encoded_width(0):  # no ordinal of 3 to that many values: the model is unchanged
+            return
+        scales = np.ones(width)
+        if self.params.surrogate == "gp":
+            old = np.atleast_1d(self._kernel.k1.k2.length_scale)
+            scales[: len(old)] = old
+        Xi, yi = self._xi_configs, list(self._optimizer.yi)
+        self._build(scales)
+        self._fitted_at = 0
+        if self._members is not None:
+            self._encoded = self._encode_many(self._members)
+        if Xi:
+            self._optimizer.base_estimator_ = self._estimator(fit_hyperparameters=False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                self._optimizer.tell([list(x) for x in self._encode_many(Xi)], yi)
 
     def _estimator(self, fit_hyperparameters: bool) -> Any:
         if self.params.surrogate != "gp":
@@ -139,7 +170,7 @@ class BayesianOptimization(Tuner):
 
     def _encode_many(self, configs: list[Config]) -> np.ndarray:
         """The model's inputs: the space's [0, 1] encoding, then the one-hot columns of ``ordinal_onehot``."""
-        return self.space.encode_many(configs, self.params.ordinal_onehot)
+        return self.space.encode_many(configs, self._onehot)
 
     # --- tell -------------------------------------------------------------------------------------
     def _tell(self, observation: Observation) -> None:
@@ -153,12 +184,15 @@ class BayesianOptimization(Tuner):
         else:
             y = self.warp(observation.loss)
         n = len(self._optimizer.yi) + 1
+        if self._onehot != self.params.ordinal_onehot and n > self.params.ordinal_onehot_after:
+            self._widen()
         refit = n >= self.params.initial_points and n >= self._fitted_at * self.params.refit_growth
         if self.params.surrogate == "gp":
             self._optimizer.base_estimator_ = self._estimator(fit_hyperparameters=refit)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             self._optimizer.tell(list(self._encode_many([observation.config])[0]), y)
+        self._xi_configs.append(observation.config)
         if refit and self._optimizer.models and self.params.surrogate == "gp":
             self._kernel = self._optimizer.models[-1].kernel_
             self._fitted_at = n

@@ -51,7 +51,12 @@ class Params:
     top: Annotated[float, Field(gt=0, le=1)] = 1.0
     # BO's acquisition as a member; PI as the lead's was tried and not kept (bench/SEARCH.md, "A greedier lead")
     bo_acq: Literal["EI", "PI", "LCB"] = "EI"
-    bo_ordinal_onehot: Annotated[int, Field(ge=0)] = 0  # BO's ordinal_onehot as a member
+    # BO's ordinal_onehot and ordinal_onehot_after as a member: ordinals of 3 to 8 values also one-hot from the
+    # 21st evaluation on. Chosen on 7z, SS-J, SS-A, HSMGP, PostgreSQL and four synthetic tables with ordinals;
+    # checked on the suite's other tables and eight more synthetic ones (bench/SEARCH.md, "One-hot ordinals
+    # after 20 evaluations")
+    bo_ordinal_onehot: Annotated[int, Field(ge=0)] = 8
+    bo_ordinal_onehot_after: Annotated[int, Field(ge=0)] = 20
     # GA's model immigrants as a member: none, BO is the portfolio's model (bench/SEARCH.md, "GA's trap")
     ga_model_immigrants: Annotated[int, Field(ge=0)] = 0
 
@@ -83,7 +88,8 @@ class Portfolio(Tuner):
         self.names = self.params.members.split(",")
         # BO's own random start would follow the shared one: it is the shared one (BO models from then on)
         bo = {"acq": self.params.bo_acq, "initial_points": self.params.initial_points,
-              "ordinal_onehot": self.params.bo_ordinal_onehot}
+              "ordinal_onehot": self.params.bo_ordinal_onehot,
+              "ordinal_onehot_after": self.params.bo_ordinal_onehot_after}
         own = {"bo": bo, "ga": {"model_immigrants": self.params.ga_model_immigrants}}
         self.members: list[Tuner] = [
             make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min", params=own.get(name))
