@@ -218,6 +218,30 @@ def test_bo_refits_its_kernel_from_several_starts_and_escapes_a_wrong_basin():
     assert tuner.params.restarts >= 1 and len(encoded) == len(tuner._kernel.k1.k2.length_scale)
 
 
+def test_bo_widening_keeps_failures_and_retold_means():
+    """The re-told observations are those the model had: a failure before any result is not told (nor
+    re-told), a later one keeps its crash cost, and a re-measured configuration keeps its new mean."""
+    runner = make_runner("dataset", {"dataset": str(shared("moot_configs/HSMGP_num.csv"))})
+    space, means = runner.space, runner.table.means(runner.table.default_metric)
+    bo = make_tuner("bo", space, seed=5, direction="min",
+                    params={"ordinal_onehot": 8, "ordinal_onehot_after": 4, "initial_points": 2})
+    configs = list(means)[:6]
+    bo.tell(configs[0], None, Status.FAILED)  # before any result: the model is not told
+    for config in configs[1:4]:
+        bo.tell(config, means[config])
+    bo.tell(configs[4], None, Status.FAILED)  # told at a crash cost
+    bo.retell(configs[1], means[configs[1]] * 2)
+    narrow = list(bo._optimizer.yi)
+    assert len(narrow) == 4 and len(bo._optimizer.Xi[0]) == space.width
+    bo.tell(configs[5], means[configs[5]])  # the fifth told: the model widens
+    assert bo._xi_configs == configs[1:6]
+    assert np.array_equal(np.asarray(bo._optimizer.Xi), space.encode_many(configs[1:6], 8))
+    assert bo._optimizer.yi[:4] == narrow and narrow[0] == pytest.approx(bo.warp(means[configs[1]] * 2))
+    bo.retell(configs[2], means[configs[2]] * 3)  # found in the wider encoding too
+    assert bo._optimizer.yi[1] == pytest.approx(bo.warp(means[configs[2]] * 3))
+    assert bo.ask(1)
+
+
 def test_synthetic_tables_with_ordinals_of_either_shape(tmp_path):
     """bench/synthetic_tables.py's ordinals: ``smooth`` acts in order (a quadratic of the position), ``cliff``
     improves up to a value short of the last and is 3-20x worse past it (7z's Xval); the binary options'

@@ -83,7 +83,8 @@ class Params:
     # smoothness and gains a length scale per value, so that one value can differ from its neighbours (7z's
     # Xval 4, the last before a cliff, 10% better than 2). 0: positions only (bench/SEARCH.md, "Ordinals one-hot too")
     ordinal_onehot: Annotated[int, Field(ge=0)] = 0
-    # observations told before the one-hot columns join the model (0: from the start). Told later, they leave
+    # observations told before the one-hot columns join the model (0: from the start; warm-start trials count,
+    # failures before the first result do not; nothing to join while ordinal_onehot is 0). Told later, they leave
     # an easy search to the positions, whose few length scales the first measurements can fit, and give a
     # long one a length scale per value (bench/SEARCH.md, "One-hot ordinals after 20 evaluations")
     ordinal_onehot_after: Annotated[int, Field(ge=0)] = 0
@@ -189,10 +190,13 @@ class BayesianOptimization(Tuner):
         refit = n >= self.params.initial_points and n >= self._fitted_at * self.params.refit_growth
         if self.params.surrogate == "gp":
             self._optimizer.base_estimator_ = self._estimator(fit_hyperparameters=refit)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            self._optimizer.tell(list(self._encode_many([observation.config])[0]), y)
-        self._xi_configs.append(observation.config)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                self._optimizer.tell(list(self._encode_many([observation.config])[0]), y)
+        finally:  # skopt keeps the point even when its fit fails: so does the list that re-tells it
+            if len(self._optimizer.Xi) > len(self._xi_configs):
+                self._xi_configs.append(observation.config)
         if refit and self._optimizer.models and self.params.surrogate == "gp":
             self._kernel = self._optimizer.models[-1].kernel_
             self._fitted_at = n

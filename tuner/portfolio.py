@@ -52,9 +52,10 @@ class Params:
     # BO's acquisition as a member; PI as the lead's was tried and not kept (bench/SEARCH.md, "A greedier lead")
     bo_acq: Literal["EI", "PI", "LCB"] = "EI"
     # BO's ordinal_onehot and ordinal_onehot_after as a member: ordinals of 3 to 8 values also one-hot from the
-    # 21st evaluation on. Chosen on 7z, SS-J, SS-A, HSMGP, PostgreSQL and four synthetic tables with ordinals;
-    # checked on the suite's other tables and eight more synthetic ones (bench/SEARCH.md, "One-hot ordinals
-    # after 20 evaluations")
+    # 21st result told on. Chosen on 7z, SS-J, SS-A, HSMGP, PostgreSQL and four synthetic tables with ordinals;
+    # checked on the suite's other six tables with such ordinals and ten more synthetic ones (bench/SEARCH.md,
+    # "One-hot ordinals after 20 evaluations"). Until 2026-11-28 the defaults were 0 and 0 (none), so
+    # auto:bo_ordinal_onehot=8 then meant one-hot from the start: now auto:bo_ordinal_onehot_after=0
     bo_ordinal_onehot: Annotated[int, Field(ge=0)] = 8
     bo_ordinal_onehot_after: Annotated[int, Field(ge=0)] = 20
     # GA's model immigrants as a member: none, BO is the portfolio's model (bench/SEARCH.md, "GA's trap")
