@@ -61,6 +61,8 @@ def ordinal_effect(rng: np.random.Generator, levels: int, shape: str, scale: flo
         return rng.laplace(0.0, scale) * t + rng.laplace(0.0, scale / 2) * t**2
     if shape != "cliff":
         raise ValueError(f"--shape {shape!r}: choose smooth or cliff")
+    if levels < 3:
+        raise ValueError(f"--shape cliff needs --levels 3 or more (a good value short of the last), not {levels}")
     edge = int(rng.integers(1, levels - 1))  # the last good value: improving up to it, far worse past it
     slope = abs(rng.laplace(0.0, scale)) / edge
     return np.where(np.arange(levels) <= edge, -slope * np.arange(levels),

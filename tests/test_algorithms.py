@@ -272,6 +272,8 @@ def test_synthetic_tables_with_ordinals_of_either_shape(tmp_path):
     assert header == "o0,o1,o2,o3,d0,d1,Performance-"
     with pytest.raises(ValueError, match="smooth or cliff"):
         synthetic.table(7, options=2, ordinals=1, shape="steps")
+    with pytest.raises(ValueError, match="levels 3 or more"):
+        synthetic.table(7, options=2, ordinals=1, levels=2, shape="cliff")
 
 
 def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
