@@ -44,6 +44,7 @@ class Measurement:
     reason: str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
+    node: str | None = None  # the machine that measured it, set by the executor that ran the runner
 
     @classmethod
     def failed(cls, status: Status, reason: str, **kw: Any) -> Measurement:
@@ -98,6 +99,12 @@ LOOP_SLOT = "loop_slot"
 
 def device_resource(path: str) -> str:
     return f"device:{path}"
+
+
+def hardware_resource(kind: str) -> str:
+    """The resource of a class of disk (``disk:ssd-a``): the nodes whose disks are of that class advertise
+    it, one unit per measurement they may run at once, so a campaign that names it never mixes two kinds."""
+    return f"disk:{kind}"
 
 
 class RunnerBase:

@@ -24,7 +24,7 @@ from tuner import History
 from tuner.models import Base
 from tuner.schema import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 
-HEAD = "0006"
+HEAD = "0007"
 OPENERS = 4
 ROUNDS = 12  # the WAL switch failed about one round in 40 before it was retried: 12 rounds of 4 catch it often
 

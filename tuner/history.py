@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from runners import Measurement, Status
@@ -22,15 +22,24 @@ from search_spaces import Config, config_hash
 from tuner.models import (
     CampaignRecord, ComparisonRecord, FingerprintRecord, MeasurementRecord, TrialRecord, utcnow,
 )
-from tuner.schema import check_schema, make_engine, refuse_a_missing_file, shown_url, upgrade_schema
+from tuner.schema import (
+    check_schema, make_engine, refuse_a_missing_file, retried, retry_bound, retrying, shown_url, upgrade_schema,
+)
 from tuner.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
 
+
+@retrying
 class History:
     """Reads and writes the history at ``url`` (an SQLAlchemy URL).
 
     ``migrate=True`` (writers) brings the schema to the newest revision first, under a lock;
     ``migrate=False`` (readers) changes nothing and raises ``SchemaError`` unless the schema is
-    exactly the newest (a SQLite file that does not exist is not created)."""
+    exactly the newest (a SQLite file that does not exist is not created).
+
+    Every call rides out a restart of a PostgreSQL server: connections are checked before use (the
+    engine's ``pool_pre_ping``) and a call that loses its connection is made again with backoff for up
+    to ``STORETUNE_DB_RETRY_S`` seconds (``schema.retrying``); the calls that add rows check first
+    whether a lost transaction had committed them, so a retry never records a trial twice."""
 
     def __init__(self, url: str, *, migrate: bool = True):
         if not migrate:
@@ -39,9 +48,9 @@ class History:
         self.url = shown_url(self.engine.url)
         try:
             if migrate:
-                upgrade_schema(self.engine)
+                retried(upgrade_schema, retry_bound)(self.engine)
             else:
-                check_schema(self.engine)
+                retried(check_schema, retry_bound)(self.engine)
         except BaseException:
             self.engine.dispose()
             raise
@@ -104,6 +113,27 @@ class History:
             result = s.execute(update(table).where(table.id == row_id, table.state.in_(list(from_states)))
                                .values(**values))
             return bool(result.rowcount)
+
+    def set_executor(self, campaign_id: int, executor: dict[str, Any]) -> None:
+        """Record where the campaign's trials are measured (its driver's executor, as it found the cluster)."""
+        self._update_campaign(campaign_id, executor=dict(executor))
+
+    def delete_campaign(self, campaign_id: int, states: Sequence[str]) -> bool:
+        """Delete the campaign with its trials and their measurements, only if its state is one of ``states``
+        (never one that a driver may still write to); returns whether it was deleted."""
+        with self.session() as s, s.begin():
+            found = s.scalar(select(CampaignRecord.id).where(CampaignRecord.id == campaign_id,
+                                                            CampaignRecord.state.in_(list(states)))
+                             .with_for_update())
+            if found is None:
+                return False
+            trials = select(TrialRecord.id).where(TrialRecord.campaign_id == campaign_id).scalar_subquery()
+            s.execute(delete(MeasurementRecord).where(MeasurementRecord.trial_id.in_(trials)))
+            # a trial points at the STALE trial it re-runs: the pointers go first, so no row refers to a deleted one
+            s.execute(update(TrialRecord).where(TrialRecord.campaign_id == campaign_id).values(retry_of=None))
+            s.execute(delete(TrialRecord).where(TrialRecord.campaign_id == campaign_id))
+            s.execute(delete(CampaignRecord).where(CampaignRecord.id == campaign_id))
+            return True
 
     def cancel_requested(self, campaign_id: int) -> bool:
         with self.session() as s:
@@ -217,6 +247,11 @@ class History:
         """``transition`` for a comparison."""
         return self._transition(ComparisonRecord, comparison_id, from_states, values)
 
+    def comparison_cancel_requested(self, comparison_id: int) -> bool:
+        with self.session() as s:
+            return bool(s.scalar(select(ComparisonRecord.cancel_requested)
+                                 .where(ComparisonRecord.id == comparison_id)))
+
     def comparison(self, comparison_id: int) -> ComparisonView:
         with self.session() as s:
             record = s.get(ComparisonRecord, comparison_id)
@@ -243,10 +278,18 @@ class History:
             query = select(CampaignRecord).where(CampaignRecord.comparison_id == comparison_id).order_by(CampaignRecord.id)
             return [view(CampaignView, r) for r in s.scalars(query)]
 
-    def write_campaign(self, fields: dict[str, Any], trials: Sequence[TrialView]) -> int:
+    def write_campaign(self, fields: dict[str, Any], trials: Sequence[TrialView], retry: bool = False) -> int:
         """A finished campaign with all its trials and measurements, in one transaction (the
-        offline comparison runs its campaigns in memory and records each as it completes)."""
+        offline comparison runs its campaigns in memory and records each as it completes). A comparison's
+        seed is written once: a retry finds the one a lost transaction committed."""
         with self.session() as s, s.begin():
+            if retry and fields.get("comparison_id") is not None:
+                candidates = s.execute(select(CampaignRecord.id, CampaignRecord.algorithm_params).where(
+                    CampaignRecord.comparison_id == fields["comparison_id"],
+                    CampaignRecord.algorithm == fields["algorithm"], CampaignRecord.seed == fields["seed"]))
+                found = [i for i, params in candidates if params == fields["algorithm_params"]]
+                if found:
+                    return found[0]
             record = CampaignRecord(**fields)
             s.add(record)
             s.flush()
@@ -259,7 +302,7 @@ class History:
                 ids = s.scalars(insert(TrialRecord).returning(TrialRecord.id, sort_by_parameter_order=True), rows).all()
                 measurements = [
                     dict(trial_id=i, repeat=m.repeat, status=m.status, reason=m.reason, metrics=dict(m.metrics),
-                         env=dict(m.env), duration_s=m.duration_s)
+                         env=dict(m.env), duration_s=m.duration_s, node=m.node)
                     for i, t in zip(ids, trials) for m in (t.measurements or ())
                 ]
                 if measurements:
@@ -332,6 +375,21 @@ class History:
         with self.session() as s:
             return [tuple(row) for row in s.execute(query)]  # type: ignore[misc]
 
+    def nodes(self, trial_ids: Iterable[int]) -> dict[int, list[str]]:
+        """Trial id -> the machines that measured it, in the order of its measurements."""
+        ids = list(set(trial_ids))
+        if not ids:
+            return {}
+        out: dict[int, list[str]] = {}
+        query = (select(MeasurementRecord.trial_id, MeasurementRecord.node)
+                 .where(MeasurementRecord.trial_id.in_(ids), MeasurementRecord.node.is_not(None))
+                 .order_by(MeasurementRecord.trial_id, MeasurementRecord.repeat))
+        with self.session() as s:
+            for trial, node in s.execute(query):
+                if node not in out.setdefault(trial, []):
+                    out[trial].append(node)
+        return out
+
     def numbers(self, trial_ids: Iterable[int]) -> dict[int, int]:
         """Trial id -> its number in its campaign (trials point at the trial they re-run by id)."""
         ids = list(set(trial_ids))
@@ -351,11 +409,20 @@ class History:
             return _trial_view(record, True)
 
     def add_trials(
-        self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int], retry_of: Iterable[int | None] = ()
+        self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int], retry_of: Iterable[int | None] = (),
+        retry: bool = False,
     ) -> list[TrialView]:
-        """New PENDING trials, numbered after the campaign's last one."""
+        """New PENDING trials, numbered after the campaign's last one. A retry whose lost transaction had
+        committed them finds them as the campaign's last trials and returns those."""
         retries = list(retry_of) or [None] * len(configs)
+        hashes = [config_hash(c) for c in configs]
         with self.session() as s, s.begin():
+            if retry and configs:
+                last_ones = list(s.scalars(select(TrialRecord).where(TrialRecord.campaign_id == campaign_id)
+                                           .order_by(TrialRecord.number.desc()).limit(len(configs))))[::-1]
+                if [(t.config_hash, t.seed, t.retry_of, t.status) for t in last_ones] == \
+                        [(h, seed, r, Status.PENDING.value) for h, seed, r in zip(hashes, seeds, retries)]:
+                    return [_trial_view(t, False) for t in last_ones]
             last = s.scalar(select(func.max(TrialRecord.number)).where(TrialRecord.campaign_id == campaign_id))
             start = -1 if last is None else last
             records = [
@@ -363,12 +430,12 @@ class History:
                     campaign_id=campaign_id,
                     number=start + 1 + i,
                     config=config.to_dict(),
-                    config_hash=config_hash(config),
+                    config_hash=key,
                     status=Status.PENDING.value,
                     seed=seed,
-                    retry_of=retry,
+                    retry_of=rerun,
                 )
-                for i, (config, seed, retry) in enumerate(zip(configs, seeds, retries))
+                for i, (config, key, seed, rerun) in enumerate(zip(configs, hashes, seeds, retries))
             ]
             s.add_all(records)
             s.flush()
@@ -382,8 +449,12 @@ class History:
                 .values(status=Status.RUNNING.value, started_at=utcnow())
             )
 
-    def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
+    def add_measurement(self, trial_id: int, repeat: int, m: Measurement, retry: bool = False) -> None:
+        """Record one run of a trial (once: a retry whose lost transaction had committed it finds it)."""
         with self.session() as s, s.begin():
+            if retry and s.scalar(select(MeasurementRecord.id).where(MeasurementRecord.trial_id == trial_id,
+                                                                      MeasurementRecord.repeat == repeat)):
+                return
             s.execute(update(TrialRecord).where(TrialRecord.id == trial_id).values(runs=TrialRecord.runs + 1))
             s.add(
                 MeasurementRecord(
@@ -394,6 +465,7 @@ class History:
                     metrics=dict(m.metrics),
                     env=dict(m.env),
                     duration_s=m.duration_s,
+                    node=m.node,
                 )
             )
 

@@ -190,7 +190,7 @@ def run_loop(
 
 
 def _measurements(t: TrialView) -> list[Measurement]:
-    return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s) for m in t.measurements or ()]
+    return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s, m.node) for m in t.measurements or ()]
 
 
 def settle(trials: Sequence[TrialView], objective: Objective | MultiObjective, store: TrialStore) -> list[TrialView]:

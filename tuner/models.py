@@ -61,6 +61,9 @@ class CampaignRecord(Base):
 
     driver_host: Mapped[str | None] = mapped_column(String(200))
     driver_pid: Mapped[int | None]
+    # where its trials are measured: {"kind": "local"|"ray"} as asked, then what its driver found (the cluster's
+    # address, the workers in flight and a cap's note, the resources each measurement holds)
+    executor: Mapped[dict[str, Any] | None]
 
     trials: Mapped[list[TrialRecord]] = relationship(back_populates="campaign", order_by="TrialRecord.number")
 
@@ -80,6 +83,7 @@ class ComparisonRecord(Base):
     runner_settings: Mapped[dict[str, Any]]
     settings: Mapped[dict[str, Any]]  # variants, seeds, budget, within, repeats, objective
     results: Mapped[dict[str, Any] | None]  # the summary that `storetune compare --json` prints
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class TrialRecord(Base):
@@ -123,6 +127,7 @@ class MeasurementRecord(Base):
     metrics: Mapped[dict[str, Any]]
     env: Mapped[dict[str, Any]]
     duration_s: Mapped[float] = mapped_column(Float)
+    node: Mapped[str | None] = mapped_column(String(200))  # the machine that measured it (a Ray node: its host and IP)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

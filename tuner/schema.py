@@ -4,10 +4,14 @@ Alembic schema, migrated by writers under a lock and only checked by readers."""
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import sqlite3
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import alembic.command
 import alembic.config
@@ -15,7 +19,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+
+log = logging.getLogger(__name__)
+C = TypeVar("C", bound=type)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The key of the PostgreSQL advisory lock that migrations take: the same in every StoreTune process.
@@ -197,3 +204,83 @@ def refuse_a_missing_file(url: str) -> None:
                 f"{_four_slashes(parsed.database)}")
             raise SchemaError(f"no history at {url}: the file does not exist (a campaign creates it; "
                               f"is --db or STORETUNE_DATABASE_URL the one you meant?{relative})")
+
+
+# --- riding out a restart of the database server ------------------------------------------------------
+DEFAULT_RETRY_S = 60.0  # how long a history call keeps trying through an outage (STORETUNE_DB_RETRY_S)
+
+
+def retry_bound() -> float:
+    """Seconds a history call retries a lost connection: $STORETUNE_DB_RETRY_S, else 60 (0: never)."""
+    raw = os.environ.get("STORETUNE_DB_RETRY_S", "")
+    try:
+        bound = float(raw) if raw else DEFAULT_RETRY_S
+    except ValueError:
+        raise ValueError(f"STORETUNE_DB_RETRY_S={raw!r} is not a number of seconds") from None
+    if not bound >= 0:
+        raise ValueError(f"STORETUNE_DB_RETRY_S must be 0 or more seconds, not {raw}")
+    return bound
+
+
+def lost_connection(error: BaseException) -> bool:
+    """A server that went away, or is starting up or shutting down: worth trying the call again. SQLite's
+    errors are not (a locked file already waited its busy timeout; a missing table will stay missing)."""
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, (OperationalError, InterfaceError)):
+        return "sqlite" not in type(error.orig).__module__
+    return False
+
+
+_depth = threading.local()  # a call from inside a retried call is retried by the outer one only
+
+
+def retried(method: Callable[..., Any], bound: Callable[[], float]) -> Callable[..., Any]:
+    """``method``, called again with exponential backoff while the database is unreachable, up to ``bound()``
+    seconds; then the last error. Each of the history's calls is one transaction (or a read), so calling it
+    again is safe, and the writes that add rows check first whether the lost transaction had committed."""
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_depth, "n", 0):
+            return method(*args, **kwargs)
+        _depth.n = 1
+        try:
+            for attempt in Retrying(retry=retry_if_exception(lost_connection), stop=stop_after_delay(bound()),
+                                    wait=wait_exponential_jitter(multiplier=0.1, max=5.0, jitter=0.5), reraise=True,
+                                    before_sleep=_say_retry(method.__name__)):
+                with attempt:
+                    return method(*args, retry=attempt.retry_state.attempt_number > 1, **kwargs) \
+                        if "retry" in _parameters(method) else method(*args, **kwargs)
+        finally:
+            _depth.n = 0
+        raise AssertionError("unreachable")  # Retrying re-raises the last error
+
+    return call
+
+
+@functools.cache
+def _parameters(method: Callable[..., Any]) -> frozenset[str]:
+    import inspect
+
+    return frozenset(inspect.signature(method).parameters)
+
+
+def _say_retry(name: str) -> Callable[[Any], None]:
+    def say(state: Any) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        first = str(getattr(error, "orig", error)).strip().splitlines()[:1]
+        log.warning("the history's database did not answer %s (%s); trying again (attempt %d)", name,
+                    first[0] if first else type(error).__name__, state.attempt_number + 1)
+
+    return say
+
+
+def retrying(cls: C) -> C:
+    """Every public method of ``cls`` (the history) retried through a lost database connection (``retried``).
+    One decorator on the class: a method added later cannot forget it."""
+    for name, member in list(vars(cls).items()):
+        if callable(member) and not name.startswith("_") and name not in ("session", "close"):
+            setattr(cls, name, retried(member, retry_bound))
+    return cls

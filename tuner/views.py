@@ -32,10 +32,11 @@ class MeasurementView:
     env: dict[str, Any]
     duration_s: float
     created_at: datetime | None = None
+    node: str | None = None  # the machine that measured it
 
     @classmethod
     def of_measurement(cls, repeat: int, m: Measurement) -> MeasurementView:
-        return cls(repeat, m.status.value, m.reason, dict(m.metrics), dict(m.env), m.duration_s)
+        return cls(repeat, m.status.value, m.reason, dict(m.metrics), dict(m.env), m.duration_s, node=m.node)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class CampaignView:
     cancel_requested: bool = False
     max_repeats: int | None = None
     objective: dict[str, Any] | None = None  # several metrics: weighted, lexicographic or Pareto
+    executor: dict[str, Any] | None = None  # where its trials are measured (``executor.kind``: local or ray)
 
     @property
     def adaptive(self) -> bool:
@@ -118,6 +120,7 @@ class ComparisonView:
     results: dict[str, Any] | None
     note: str | None = None
     origin: str = "cli"
+    cancel_requested: bool = False
 
 
 def view(cls: type[V], row: Any, **extra: Any) -> V:
