@@ -54,6 +54,9 @@ class DeviceSettings(RunnerSettings):
     device: str = Field("loop", min_length=1,
                         description="'loop' (a loop device StoreTune creates) or an allow-listed block device.")
     allow_device: list[str] = Field(default_factory=list, description="Block devices StoreTune may format.")
+    hardware: str | None = Field(None, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description=(
+        "The class of disk measured on, e.g. ssd-a: on a Ray cluster every measurement holds the resource "
+        "disk:<class>, which only the nodes with such disks advertise, so one campaign never mixes two kinds."))
     engine: Literal["fio", "filebench"] = Field("fio", description="fio, or filebench if it is on PATH.")
     runtime_s: float = Field(10.0, gt=0, le=86_400, description="Seconds each benchmark runs: a whole number, 1 or more.")
     timeout_s: float | None = Field(None, gt=0, description="Seconds before a run is TIMEOUT (default: 3x runtime + setup).")

@@ -135,8 +135,8 @@ def test_a_port_that_answers_but_is_no_ray_head_is_one_line_in_seconds(sqlite_ur
 class Cluster:
     """A head and a worker node as separate `ray start` processes on 127.0.0.1, in a temp dir of their own."""
 
-    def __init__(self, tmp: Path, auth: dict[str, str] | None = None):
-        self.tmp, self.port, self.worker_port = tmp, free_port(), free_port()
+    def __init__(self, tmp: Path, auth: dict[str, str] | None = None, port: int | None = None):
+        self.tmp, self.port, self.worker_port = tmp, port or free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
         # Ray >= 2.59 turns token auth on for a head when ~/.ray/auth_token exists (an embedded ray.init writes
         # it), and then a node or a driver without the token cannot join: every process here says the same

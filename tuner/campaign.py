@@ -20,7 +20,7 @@ from typing import Any
 from runners import Direction, HostUnavailable, Runner, Status, make_runner
 from search_spaces import Config, SearchSpace
 from tuner.analysis import CampaignSummary, evaluations
-from tuner.executor import Executor, LocalExecutor
+from tuner.executor import Executor, ExecutorLost, LocalExecutor
 from tuner.history import History
 from tuner.intensify import check_max_repeats
 from tuner.loop import MemoryStore, TrialResult, _measurements, run_loop, settle, trial_seed
@@ -115,8 +115,8 @@ class Campaign:
 
     # --- creating and resuming ------------------------------------------------------------------------
     @classmethod
-    def prepare(cls, spec: CampaignSpec, runner: Runner | None = None,
-                executor: Executor | None = None) -> tuple[Runner, Objective | MultiObjective]:
+    def prepare(cls, spec: CampaignSpec, runner: Runner | None = None, executor: Executor | None = None,
+                executor_kind: str | None = None) -> tuple[Runner, Objective | MultiObjective]:
         """The runner (with the pinned parameters) and objective of ``spec``, after every check a new
         campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
         unknown metric raise ValueError. Nothing is written."""
@@ -127,7 +127,7 @@ class Campaign:
         if check_pins is not None:
             checked("fix", lambda: check_pins({name: runner.space[name].canonical(value)
                                                for name, value in spec.fixed.items()}))
-        checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size))
+        checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size, executor_kind))
         objective = checked("objective" if spec.objective is not None else "metric", lambda: resolve_objective(
             runner.metrics(), spec.metric, spec.direction, spec.objective))
         algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
@@ -164,9 +164,11 @@ class Campaign:
 
     @classmethod
     def create(cls, history: History, spec: CampaignSpec, runner: Runner | None = None,
-               executor: Executor | None = None, *, origin: str = "cli", state: str = "running") -> Campaign:
-        """A new campaign, recorded once ``prepare`` found nothing wrong with it."""
-        runner, objective = cls.prepare(spec, runner, executor)
+               executor: Executor | None = None, *, origin: str = "cli", state: str = "running",
+               executor_kind: str | None = None) -> Campaign:
+        """A new campaign, recorded once ``prepare`` found nothing wrong with it. ``executor_kind`` is where a
+        queued campaign is to be measured (its driver, not its creator, makes the executor)."""
+        runner, objective = cls.prepare(spec, runner, executor, executor_kind)
         algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
         features = record_fingerprint(history, runner)
         if spec.warm_start == "similar":
@@ -195,6 +197,7 @@ class Campaign:
             fixed={k: runner.space[k].default for k in spec.fixed},
             origin=origin,
             state=state,
+            executor={"kind": executor_kind or (executor.kind if executor is not None else "local")},
             # a campaign created running is driven by its creator (the CLI); a queued one by nobody yet
             driver_host=socket.gethostname() if state == "running" else None,
             driver_pid=os.getpid() if state == "running" else None,
@@ -229,6 +232,9 @@ class Campaign:
         rec, history = self.record, self.history
         history.claim(rec.id, socket.gethostname(), os.getpid())
         history.mark_stale(rec.id, STALE_REASON)
+        self.executor.start()
+        self.executor.fit(self.runner)  # caps what runs at once to what the cluster holds, with a note
+        self._record_executor()
         similar = None
         if rec.warm_start in ("same", "similar"):
             # with the twice-labelled fingerprint `tune --fix` recorded until 2026-11-27: the same space
@@ -276,6 +282,11 @@ class Campaign:
             history.mark_stale(rec.id, STALE_REASON)
             history.finish_campaign(rec.id, "interrupted", f"interrupted; resume with --resume {rec.id}")
             raise
+        except ExecutorLost as e:  # the cluster went away: no configuration's fault either
+            history.mark_stale(rec.id, f"{e}; the configuration is re-run")
+            history.finish_campaign(rec.id, "interrupted", f"{e}. Its finished trials are kept; resume it with "
+                                                           f"--resume {rec.id} when the cluster is back")
+            raise
         except HostUnavailable as e:  # no configuration's fault: none is condemned, the running ones are re-run
             history.mark_stale(rec.id, f"the host could not measure it ({e}); the configuration is re-run")
             note = (f"stopped: {e}. Its finished trials are kept and its running ones are measured again when it "
@@ -285,11 +296,18 @@ class Campaign:
         finally:
             self.runner.close()
             getattr(self.executor, "close", lambda: None)()
+        self._record_executor()  # with the nodes its trials ran on
         history.finish_campaign(rec.id, "cancelled" if outcome.stopped else "finished", outcome.note)
         summary = self.summary()
         if rec.warm_start == "none":
             return summary
         return replace(summary, warm_started=self.tuner.warm_started, similar=similar)
+
+    def _record_executor(self) -> None:
+        """Where the trials are measured, as the executor found it: its kind, the cluster, the workers in
+        flight (and why fewer than asked), and what each measurement holds of a node."""
+        self.history.set_executor(self.id, {**(self.record.executor or {}), **self.executor.describe(),
+                                            "per_task": getattr(self.runner, "resources", dict)()})
 
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
@@ -343,8 +361,9 @@ def _driver_runner(name: str, settings: Any, executor: Executor | None) -> Runne
     return make_runner(name, settings)
 
 
-def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None, batch_size: int = 1) -> None:
-    if getattr(executor, "kind", "local") == "ray":
+def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None, batch_size: int = 1,
+                                  executor_kind: str | None = None) -> None:
+    if (executor_kind or getattr(executor, "kind", "local")) == "ray":
         return  # the cluster schedules a disk's measurements by its resources: one per loop slot or disk
     if getattr(runner, "exclusive", False) and max(getattr(executor, "workers", 1), batch_size) > 1:
         raise ValueError(f"the {runner.name} runner measures one configuration at a time: parallel workers "

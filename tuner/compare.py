@@ -19,7 +19,7 @@ from search_spaces import Config
 from tuner.analysis import best_trial, json_safe
 from tuner.campaign import InvalidSpec, checked
 from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
-from tuner.executor import Executor, LocalExecutor, worker_runner
+from tuner.executor import Executor, ExecutorLost, LocalExecutor, worker_runner
 from tuner.history import History
 from tuner.loop import MemoryStore, TrialResult, run_loop
 from tuner.models import utcnow
@@ -62,6 +62,10 @@ class Variant:
         if len(set(labels)) != len(labels):
             raise ValueError(f"--algorithms lists a variant twice: {', '.join(labels)}")
         return variants
+
+
+class ComparisonCancelled(Exception):
+    """A cancel was asked (``POST /comparisons/{id}/cancel``): the comparison stopped, its seeds kept."""
 
 
 @dataclass(frozen=True)
@@ -159,10 +163,12 @@ class Comparison:
         return runner, objective
 
     @classmethod
-    def create(cls, history: History, spec: CompareSpec, *, origin: str = "cli", state: str = "running") -> Comparison:
-        """Validate everything, then record the comparison."""
+    def create(cls, history: History, spec: CompareSpec, *, origin: str = "cli", state: str = "running",
+               executor_kind: str = "local") -> Comparison:
+        """Validate everything, then record the comparison (``executor_kind``: where its seeds are to run)."""
         runner, objective = cls.prepare(spec)
         settings = {
+            "executor": executor_kind,
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
             "variant_params": [[v.algorithm, [list(p) for p in v.params]] for v in spec.variants],
             "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
@@ -189,22 +195,38 @@ class Comparison:
         return cls(history, spec, comparison_id, runner, objective, record.origin)
 
     def run(self, executor: Executor | None = None, on_seed: Callable[[SeedRun], None] | None = None) -> dict[str, Any]:
+        """Run every seed of every variant, recording each as it completes, and summarise them. A comparison
+        that was interrupted goes on from the seeds it recorded; a cancel (``cancel_requested``) stops it
+        after the seed that finishes next, ``cancelled``, its recorded seeds kept for a resume."""
         executor = executor or LocalExecutor()
         spec = self.spec
         seeds = range(spec.first_seed, spec.first_seed + spec.seeds)
         targets = frozenset(self.targets) if spec.stop_at_near_optimal else None
-        tasks = [SeedTask(self.runner.settings(), v, algorithm_target(v.algorithm), s, spec.budget, spec.repeats,
-                          self.objective, targets) for s in seeds for v in spec.variants]
         runs: dict[str, list[SeedRun]] = {v.label: [] for v in spec.variants}
-        self.history.transition_comparison(self.id, ["queued"], state="running")
+        for run in self.recorded():
+            runs[run.variant.label].append(run)
+        done = {(label, r.seed) for label, rs in runs.items() for r in rs}
+        tasks = [SeedTask(self.runner.settings(), v, algorithm_target(v.algorithm), s, spec.budget, spec.repeats,
+                          self.objective, targets) for s in seeds for v in spec.variants if (v.label, s) not in done]
+        self.history.transition_comparison(self.id, ["queued", "interrupted", "cancelled", "failed"], state="running",
+                                           cancel_requested=False)
+        total = len(seeds) * len(spec.variants)
         try:
             for run in executor.map_unordered(run_seed, tasks):
                 run.campaign_id = self._record(run)
                 runs[run.variant.label].append(run)
                 if on_seed is not None:
                     on_seed(run)
+                if self.history.comparison_cancel_requested(self.id):
+                    recorded = sum(len(rs) for rs in runs.values())
+                    self.history.finish_comparison(self.id, "cancelled", None, (
+                        f"cancelled after {recorded} of {total} seed campaigns; resume it to run the others"))
+                    raise ComparisonCancelled(self.id)
         except KeyboardInterrupt:
             self.history.finish_comparison(self.id, "interrupted", None)
+            raise
+        except ExecutorLost as e:  # its recorded seeds are kept: a resume runs the others
+            self.history.finish_comparison(self.id, "interrupted", None, str(e))
             raise
         finally:
             getattr(executor, "close", lambda: None)()
@@ -212,6 +234,18 @@ class Comparison:
         self.history.finish_comparison(self.id, "finished", results)
         self.runs = runs
         return results
+
+    def recorded(self) -> list[SeedRun]:
+        """The seeds this comparison recorded already (a resumed comparison does not run them again). Their
+        ask+tell times and GA diversity were not kept: those figures come from the seeds run since."""
+        variants = {(v.algorithm, tuple(sorted(v.params))): v for v in self.spec.variants}
+        out = []
+        for c in self.history.comparison_campaigns(self.id):
+            variant = variants.get((c.algorithm, tuple(sorted((k, str(v)) for k, v in c.algorithm_params.items()))))
+            if variant is not None:
+                out.append(SeedRun(variant, c.seed, self.history.trials(c.id, measurements=True), [], None,
+                                   campaign_id=c.id, note=c.note))
+        return out
 
     def _record(self, run: SeedRun) -> int:
         runner = self.runner

@@ -4,11 +4,13 @@ processes) here, and Ray (an embedded cluster, or an existing one) in tuner/ray_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 import time
 import warnings
@@ -31,6 +33,17 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+class ExecutorLost(Exception):
+    """The executor lost what it measures on (a Ray cluster's head went away) through no fault of the
+    configurations: like HostUnavailable, no trial is condemned. The campaign stops with its running
+    trials re-run at its resume; the service queues it until its cluster is back."""
+
+
+def on_node(measurements: list[Measurement], node: str) -> list[Measurement]:
+    """The measurements, each naming the machine that took it (``Measurement.node``)."""
+    return [m if m.node is not None else dataclasses.replace(m, node=node) for m in measurements]
+
+
 @dataclass(frozen=True)
 class Job:
     """One trial to measure: its configuration and one seed per repeat. A re-measurement (adaptive
@@ -49,8 +62,11 @@ def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
     return tuple(int(s.generate_state(1)[0]) for s in states)
 
 
-def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | None = None) -> list[Measurement]:
-    """Run the job's repeats, stopping at the first that does not succeed."""
+def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | None = None,
+            node: str | None = None) -> list[Measurement]:
+    """Run the job's repeats, stopping at the first that does not succeed; each names ``node`` (default:
+    this machine) as the one that measured it."""
+    node = node or socket.gethostname()
     out: list[Measurement] = []
     for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
         try:  # RunnerBase.run raises only HostUnavailable; a runner that only follows the protocol may raise more
@@ -59,6 +75,7 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
             raise
         except Exception as e:
             m = raised(runner.name, e)
+        m = on_node([m], node)[0]
         if record is not None:
             record(job, repeat, m)
         out.append(m)
@@ -308,12 +325,13 @@ def worker_runner(name: str, settings: dict) -> tuple[str, Runner]:
     return key, _WORKER_RUNNERS[key]
 
 
-def worker_measure(name: str, settings: dict, workload: Workload, job: Job) -> list[Measurement]:
+def worker_measure(name: str, settings: dict, workload: Workload, job: Job,
+                   node: str | None = None) -> list[Measurement]:
     """A job in a worker process, with its worker's runner, except that one that holds a disk is
     closed after each job (idle workers live on, and would keep a loop device attached)."""
     key, runner = worker_runner(name, settings)
     try:
-        return measure(runner, workload, job)
+        return measure(runner, workload, job, node=node)
     finally:
         if runner.resources():
             _WORKER_RUNNERS.pop(key).close()

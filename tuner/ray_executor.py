@@ -9,28 +9,42 @@ A measurement that needs a disk asks the cluster for it as a custom resource (``
 ``loop_slot`` for a loop device, ``device:/dev/nvme1n1`` for that disk), so a node runs as many as it
 advertises, and a disk's measurements run one at a time on the node that has it. A worker killed
 mid-evaluation is retried up to ``max_retries`` times by Ray; after that the trial is FAILED with
-Ray's reason. Ray is imported here only.
+Ray's reason. A head that goes away is no verdict on any configuration: while the driver waits, it
+checks the head's port, and once the head has not answered for ``LOST_AFTER_S`` it raises
+``ExecutorLost`` (the campaign stops, its running trials are re-run when it resumes).
+
+An embedded cluster authenticates with a token of its own, passed by the environment to the processes
+it starts: Ray's default would write ``~/.ray/auth_token``, after which every plain ``ray start --head``
+of the user's turns token authentication on. Ray is imported here only.
+
+``python -m tuner.ray_executor watch ADDRESS`` prints the cluster's state (``cluster_state``) as one
+JSON line every few seconds: the service reads it from that process, so Ray never runs inside it.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import secrets
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from runners import HostUnavailable, Measurement, Runner, Status, Workload
-from runners.base import LOOP_SLOT, device_resource
-from tuner.executor import Job, Recorder, record_all, run_jobs, worker_measure
+from runners.base import LOOP_SLOT, device_resource, hardware_resource
+from tuner.executor import ExecutorLost, Job, Recorder, record_all, run_jobs, worker_measure
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 ROOT = Path(__file__).resolve().parents[1]  # workers import StoreTune from the same path (the docker image's /app)
 CONNECT_TIMEOUT_S = 10.0
+WAIT_S = 2.0  # how long the driver waits for a result before it checks that the head still answers
+LOST_AFTER_S = 6.0  # a head silent this long is lost
 EMBEDDED_OBJECT_STORE = 256 * 1024 * 1024  # an embedded cluster's object store: tasks pass small objects only
 
 
@@ -61,9 +75,13 @@ class RayExecutor:
         self.notes: list[str] = []
         self._started = False
         self._fitted: set[str] = set()
+        self._restore_env: dict[str, str | None] = {}
+        self._silent_since: float | None = None
 
     # --- the cluster ------------------------------------------------------------------------------
     def _ray(self) -> Any:
+        if not self._started and not self.address:
+            self._private_token()
         import ray
 
         if self._started:
@@ -91,6 +109,20 @@ class RayExecutor:
         self._started = True
         return ray
 
+    def _private_token(self) -> None:
+        """An embedded cluster's token, in this process's environment (inherited by the raylet and the
+        workers Ray starts), unless the user chose an authentication mode: Ray would otherwise generate one
+        into ~/.ray/auth_token. Restored by ``close``."""
+        if "RAY_AUTH_MODE" in os.environ:
+            return
+        self._restore_env = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+        if "ray" in sys.modules:  # Ray read its configuration when it was imported: it reads it again
+            from ray._raylet import AuthenticationTokenLoader, Config
+
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
+
     def start(self) -> None:
         """Join the cluster (or start the embedded one) now: its errors before anything is recorded."""
         self._ray()
@@ -100,12 +132,9 @@ class RayExecutor:
         what it can run at once (a device campaign: its loop slots or disks). Says so when it caps."""
         needed = runner.resources()
         self._fitted.add(runner.name)
-        if not needed:
-            self._ray()
-            return None
         slots = self.check_resources(needed)
         if self.workers > slots:
-            what = " and ".join(f"{int(total)} {name}" for name, total in self._totals(needed).items())
+            what = " and ".join(f"{int(total)} {name}" for name, total in self._totals(needed or {"CPU": 1}).items())
             note = (f"--parallel {self.workers} capped to {slots}: the Ray cluster advertises {what} "
                     "(one measurement per unit)")
             self.workers = slots
@@ -123,11 +152,60 @@ class RayExecutor:
 
             ray.shutdown()  # an embedded cluster stops with it; an existing one only loses this driver
             self._started = False
+        if self._restore_env:
+            for name, value in self._restore_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            self._restore_env = {}
+            from ray._raylet import AuthenticationTokenLoader, Config
+
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
 
     def describe(self) -> dict[str, Any]:
         """What ran the campaign, for its summary: the executor and the nodes its tasks ran on."""
         return {"kind": self.kind, "nodes": len(self.nodes_used), "address": self.address or "embedded",
                 "workers": self.workers, **({"notes": self.notes} if self.notes else {})}
+
+    # --- a head that goes away ----------------------------------------------------------------------
+    def _check_head(self) -> None:
+        """Raise ExecutorLost once the head of an existing cluster has not answered for LOST_AFTER_S (an
+        embedded cluster lives in this process: it cannot be lost without it)."""
+        if not self.address:
+            return
+        try:
+            _reachable(self.address, timeout=WAIT_S)
+        except ExecutorError as e:
+            now = time.monotonic()
+            self._silent_since = self._silent_since or now
+            if now - self._silent_since >= LOST_AFTER_S:
+                raise ExecutorLost(f"the Ray cluster at {self.address} was lost: {e}") from None
+        else:
+            self._silent_since = None
+
+    def _wait(self, ray: Any, refs: list[Any]) -> Any:
+        """The first of ``refs`` to finish, checking between waits that the head still answers."""
+        while True:
+            done, _ = ray.wait(refs, num_returns=1, timeout=WAIT_S)
+            if done:
+                return done[0]
+            self._check_head()
+
+    def _lost(self, error: BaseException) -> bool:
+        """Did a task fail because the head went away (no verdict on its configuration)? Asked when Ray
+        reports a dead worker or node: the head is polled until it answers or is judged lost."""
+        if not self.address:
+            return False
+        deadline = time.monotonic() + LOST_AFTER_S + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                _reachable(self.address, timeout=WAIT_S)
+                return False
+            except ExecutorError:
+                time.sleep(0.5)
+        return True
 
     def check_resources(self, needed: dict[str, float]) -> int:
         """How many of these tasks the cluster can run at once; refuses a resource no node has."""
@@ -139,7 +217,8 @@ class RayExecutor:
         for name, amount in needed.items():
             have = totals.get(name, 0.0)
             if have < amount:
-                advertised = sorted(k for k in totals if k == LOOP_SLOT or k.startswith(device_resource("")))
+                advertised = sorted(k for k in totals if k == LOOP_SLOT or k.startswith((device_resource(""),
+                                                                                          hardware_resource(""))))
                 raise ExecutorError(
                     f"no node of the Ray cluster advertises {name!r} (it has {', '.join(advertised) or 'none'}): "
                     f"start a node with ray start --resources='{{\"{name}\": 1}}'")
@@ -169,8 +248,14 @@ class RayExecutor:
         queue = iter(items)
         pending = [task.remote(fn, item) for item in itertools.islice(queue, 2 * self.workers)]
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            result, node = ray.get(done[0])
+            ref = self._wait(ray, pending)
+            pending.remove(ref)
+            try:
+                result, node = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                if not isinstance(e, ray.exceptions.RayTaskError) and self._lost(e):
+                    raise ExecutorLost(f"the Ray cluster at {self.address} was lost: {type(e).__name__}") from None
+                raise
             self.nodes_used.add(node)
             yield result
             nxt = next(queue, None)
@@ -186,7 +271,10 @@ class RayExecutor:
                 raise cause from None
             return [Measurement.failed(Status.FAILED, f"on a Ray worker: {type(cause).__name__}: {cause}",
                                        env={"runner": runner_name, "executor": "ray"})]
-        except ray.exceptions.RayError as e:  # the worker or its node died, on every try
+        except ray.exceptions.RayError as e:  # the worker or its node died, on every try; or the head went away
+            if self._lost(e):
+                raise ExecutorLost(f"the Ray cluster at {self.address} was lost while it measured: "
+                                   f"{type(e).__name__}") from None
             lines = [line for line in str(e).splitlines() if line.strip()]
             reason = f"{type(e).__name__}: {lines[0].strip()}" if lines else type(e).__name__
             return [Measurement.failed(Status.FAILED, f"the Ray task failed {self.max_retries + 1} times: {reason}",
@@ -210,7 +298,7 @@ class _RayStream:
         self._refs[self.task.remote(self.name, self.settings, self.workload, job)] = job
 
     def next(self) -> tuple[Job, list[Measurement]]:
-        (ref,), _ = self.ray.wait(list(self._refs), num_returns=1)
+        ref = self.executor._wait(self.ray, list(self._refs))
         job = self._refs.pop(ref)
         measurements = self.executor._result(self.ray, ref, self.name)
         record_all(self.record, job, measurements)
@@ -228,10 +316,16 @@ def _node() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
+def node_name(node_id: str) -> str:
+    """A Ray node as measurements name it: its host, and the start of its id (two nodes may share a host)."""
+    return f"{socket.gethostname()}/{node_id[:6]}"
+
+
 def _measure_task(name: str, settings: dict, workload: Workload, job: Job) -> tuple[list[Measurement], str]:
     """One job in a Ray worker, as in a pool worker; its measurements name the node."""
     node = _node()
-    return [_with_node(m, node) for m in worker_measure(name, settings, workload, job)], node
+    measured = worker_measure(name, settings, workload, job, node=node_name(node))
+    return [_with_node(m, node) for m in measured], node
 
 
 def _with_node(m: Measurement, node: str) -> Measurement:
@@ -244,7 +338,7 @@ def _call(fn: Callable[[T], R], item: T) -> tuple[R, str]:
     return fn(item), _node()
 
 
-def _reachable(address: str) -> None:
+def _reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """An unreachable head fails in seconds with one line, not after Ray's long retries."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.removeprefix("[").removesuffix("]")  # [::1]:6379
@@ -252,7 +346,7 @@ def _reachable(address: str) -> None:
         raise ExecutorError(f"RAY_ADDRESS {address!r} is not host:port (the head's GCS port, 6379 by default)")
     started = time.monotonic()
     try:
-        sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
     except OSError as e:
         raise ExecutorError(f"the Ray cluster at {address} is unreachable ({e.strerror or e}, after "
                             f"{time.monotonic() - started:.0f} s): start it with ray start --head, or unset "
@@ -291,3 +385,66 @@ def _read(sock: socket.socket, n: int) -> bytes:
             break
         data += chunk
     return data
+
+
+# --- the cluster's state, for the service -----------------------------------------------------------
+WATCH_S = 2.0
+
+
+def cluster_state(ray: Any) -> dict[str, Any]:
+    """The nodes of the cluster this process joined, each with its resources (total and available), and the
+    cluster's totals: what ``GET /cluster`` shows."""
+    from ray._private.state import available_resources_per_node
+
+    available = available_resources_per_node()
+    nodes = []
+    for n in ray.nodes():
+        node_id = n.get("NodeID", "")
+        nodes.append({
+            "id": node_id, "name": f"{n.get('NodeManagerHostname', '?')}/{node_id[:6]}",
+            "address": n.get("NodeManagerAddress"), "alive": bool(n.get("Alive")),
+            "head": "node:__internal_head__" in (n.get("Resources") or {}),
+            "resources": _public(n.get("Resources") or {}), "available": _public(available.get(node_id, {})),
+        })
+    return {"state": "connected", "nodes": nodes, "total": _public(ray.cluster_resources()),
+            "available": _public(ray.available_resources())}
+
+
+def _public(resources: dict[str, float]) -> dict[str, float]:
+    """Resources as a person reads them: Ray's own bookkeeping (node:<ip>, memory in bytes) left out."""
+    return {k: round(float(v), 3) for k, v in sorted(resources.items())
+            if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+
+
+def watch(address: str, interval: float = WATCH_S, out: Any = None) -> int:
+    """Print the state of the cluster at ``address`` as a JSON line every ``interval`` seconds, until its
+    head stops answering: then one line saying why, and exit status 3 (2: it could not join)."""
+    out = out or sys.stdout
+
+    def say(state: dict[str, Any]) -> None:
+        print(json.dumps({**state, "address": address, "checked_at": time.time()}), file=out, flush=True)
+
+    executor = RayExecutor(address=address)
+    try:
+        ray = executor._ray()
+    except ExecutorError as e:
+        say({"state": "unreachable", "reason": str(e)})
+        return 2
+    except Exception as e:  # Ray's own refusal (no local node to attach to, a version mismatch): its first line
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        say({"state": "unreachable", "reason": f"could not join the Ray cluster at {address}: {first}"})
+        return 2
+    while True:
+        try:
+            _reachable(address, timeout=WAIT_S)
+            say(cluster_state(ray))
+        except ExecutorError as e:
+            say({"state": "unreachable", "reason": str(e)})
+            return 3
+        time.sleep(interval)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "watch":
+        sys.exit("usage: python -m tuner.ray_executor watch HOST:PORT")
+    sys.exit(watch(sys.argv[2]))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runners.base import (
-    LOOP_SLOT, Direction, HostUnavailable, Measurement, RunnerBase, Status, Workload, device_resource,
+    LOOP_SLOT, Direction, HostUnavailable, Measurement, RunnerBase, Status, Workload, device_resource, hardware_resource,
 )
 from runners.device.engines import (
     EngineOutputError,
@@ -113,7 +113,9 @@ class DeviceRunner(RunnerBase):
             **jobs,
         })
         self._warmups = settings.warmup_runs
-        self.device = "loop" if device == "loop" else device
+        self.hardware = settings.hardware
+        # what the history compares campaigns by (warm starts): the device, and the class of disk under it
+        self.device = ("loop" if device == "loop" else device) + (f"@{self.hardware}" if self.hardware else "")
         self._versions: dict[str, Any] | None = None
         # seams for a traced run (runners/device/blktrace.py): what wraps the timed run, and fio's extra options
         self.timed: TimedRun | None = None
@@ -150,8 +152,9 @@ class DeviceRunner(RunnerBase):
 
     def resources(self) -> dict[str, float]:
         """A loop device is made on demand: any of a node's loop slots. A disk is itself the resource:
-        one measurement at a time, on the node that has it."""
-        return {LOOP_SLOT: 1.0} if self.device_arg == "loop" else {device_resource(self.device_arg): 1.0}
+        one measurement at a time, on the node that has it. A class of disk (``hardware``) is held beside it."""
+        held = {LOOP_SLOT: 1.0} if self.device_arg == "loop" else {device_resource(self.device_arg): 1.0}
+        return {**held, hardware_resource(self.hardware): 1.0} if self.hardware else held
 
     # --- one measurement --------------------------------------------------------------------------
     def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
@@ -334,7 +337,8 @@ class DeviceRunner(RunnerBase):
     def environment(self) -> dict[str, Any]:
         """Kernel and tool versions, read once."""
         if self._versions is None:
-            versions = {"kernel": platform.release(), "host": platform.node()}
+            versions = {"kernel": platform.release(), "host": platform.node(),
+                        **({"hardware": self.hardware} if self.hardware else {})}
             if not self.shell.dry_run:
                 versions[f"{self.engine}_version"] = engine_version(self.shell, self.engine)
                 for key, argv in (("e2fsprogs", ["mke2fs", "-V"]), ("xfsprogs", ["mkfs.xfs", "-V"]),
