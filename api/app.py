@@ -18,8 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 from fastapi.responses import JSONResponse, Response
 
+from api.cluster import ClusterMonitor
 from api.deps import Service, ServiceDep, guarded, token_refusal
-from api.routes import campaigns, catalog, comparisons, workloads
+from api.routes import campaigns, catalog, cluster as cluster_routes, comparisons, workloads
 from api.scheduler import Scheduler
 from api.schemas import Health
 from api.service import Refused, ServiceSettings
@@ -43,13 +44,21 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         history = History(settings.database_url)
-        scheduler = Scheduler(history, settings.database_url, settings.max_campaigns, settings.comparison_workers)
-        app.state.service = Service(settings, history, scheduler)
+        cluster = None
+        if settings.ray_address:  # Ray runs in a watcher process, never here (api/cluster.py)
+            cluster = ClusterMonitor(settings.ray_address, join=settings.ray_join,
+                                     env={"STORETUNE_RAY_MAX_RETRIES": str(settings.ray_max_retries)})
+            cluster.start()
+        scheduler = Scheduler(history, settings.database_url, settings.max_campaigns, settings.comparison_workers,
+                              cluster=cluster)
+        app.state.service = Service(settings, history, scheduler, cluster)
         scheduler.start()
         try:
             yield
         finally:
             scheduler.stop()
+            if cluster is not None:
+                cluster.stop()
             history.close()
 
     app = FastAPIOffline(  # /docs and /redoc from bundled assets: storage labs are often offline
@@ -62,6 +71,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.include_router(comparisons.router)
     app.include_router(workloads.router)
     app.include_router(catalog.router)
+    app.include_router(cluster_routes.router)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, e: RequestValidationError) -> Response:
@@ -84,10 +94,17 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.get("/health", response_model=Health, tags=["service"])
     def health(svc: ServiceDep) -> Health:
-        """The service is up and its history answers."""
+        """The service is up and its history answers; where its campaigns are measured, and, with a Ray
+        cluster, whether it answers (why not, if not) and its nodes (GET /cluster: their resources)."""
         queued = svc.history.count_campaigns(origin="api", states=("queued",))
-        return Health(status="ok", database=svc.history.url,
-                      executor={"kind": "local", "workers": svc.scheduler.running(), "limit": svc.scheduler.max_running},
+        executor: dict[str, Any] = {"kind": "local", "workers": svc.scheduler.running(),
+                                    "limit": svc.scheduler.max_running}
+        if svc.cluster is not None:
+            state = svc.cluster.state
+            executor.update(kind="ray", address=state.address, cluster=state.state, ready=state.ready,
+                            reason=state.reason, nodes=sum(n["alive"] for n in state.nodes),
+                            total=state.total, available=state.available)
+        return Health(status="ok", database=svc.history.url, executor=executor,
                       campaigns={"running": svc.scheduler.running(), "queued": queued},
                       auth=bool(svc.settings.token))
 

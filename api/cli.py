@@ -298,8 +298,10 @@ def serve(
     to listen beyond this machine, with STORETUNE_TOKEN set).
 
     STORETUNE_TOKEN, when set, guards every mutating call (Authorization: Bearer <token>);
-    STORETUNE_ALLOW_DEVICES and STORETUNE_ALLOW_COMMANDS widen what clients may run."""
-    import os
+    STORETUNE_ALLOW_DEVICES and STORETUNE_ALLOW_COMMANDS widen what clients may run. RAY_ADDRESS (the head's
+    host:port) measures campaigns and comparisons on that Ray cluster (GET /cluster); STORETUNE_RAY_JOIN=1 joins
+    it with a node of the service's own that runs no task (a machine without a Ray node). STORETUNE_DB_RETRY_S
+    (60) bounds how long a database call retries while the history's server restarts."""
 
     import uvicorn
 
@@ -320,11 +322,10 @@ def serve(
 
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("api").setLevel(logging.INFO)  # the scheduler says when campaigns start, end, resume
-    if os.environ.get("RAY_ADDRESS"):
-        err.print("RAY_ADDRESS is set, but the service's campaigns run in this machine's worker processes (the "
-                  "Ray executor is for storetune tune and compare)")
+    where = (f"measured on the Ray cluster at {settings.ray_address}" + (" (joined as a node)" if settings.ray_join else "")
+             if settings.ray_address else "measured on this machine")
     err.print(f"StoreTune service on http://{host}:{port} (OpenAPI: /docs), history {shown_url(settings.database_url)}, "
-              f"{settings.max_campaigns} campaigns at once, token {'required' if settings.token else 'not set'}")
+              f"{settings.max_campaigns} campaigns at once, {where}, token {'required' if settings.token else 'not set'}")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Query, Request
 
+from api.cluster import ClusterMonitor
 from api.scheduler import Scheduler
 from api.service import ServiceSettings
 from tuner import History
@@ -20,6 +21,7 @@ class Service:
     settings: ServiceSettings
     history: History
     scheduler: Scheduler
+    cluster: ClusterMonitor | None = None  # the Ray cluster campaigns are measured on, if the service has one
     cache: ResponseCache = field(default_factory=lambda: ResponseCache(64))
 
 

@@ -49,16 +49,21 @@ def campaigns_table(records: Sequence[CampaignView]) -> Table:
     return table
 
 
-def trials_table(record: CampaignView, trials: Sequence[TrialView]) -> Table:
+def trials_table(record: CampaignView, trials: Sequence[TrialView], nodes: dict[int, list[str]] | None = None) -> Table:
+    """Every trial; with a ``node`` column when the campaign ran on a cluster or on more than one machine."""
     best = best_trial(trials, record.objective_direction, record.adaptive)
     title = f"campaign {record.id}: {record.algorithm} on {record.workload_name}, {record.objective_direction} {record.objective_metric}"
     table = Table(title=title, title_justify="left")
-    for column, justify in (("#", "right"), ("status", "left"), ("value", "right"), ("configuration", "left"), ("reason", "left")):
+    nodes = nodes or {}
+    show_nodes = (record.executor or {}).get("kind") == "ray" or len({n for ns in nodes.values() for n in ns}) > 1
+    columns = [("#", "right"), ("status", "left"), ("value", "right"), ("configuration", "left"), ("reason", "left")]
+    for column, justify in columns + ([("node", "left")] if show_nodes else []):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for t in trials:
         value = "" if t.value is None else f"{t.value:.6g}"
         style = "bold green" if best is not None and t.id == best.id else None
-        table.add_row(str(t.number), t.status, value, escape(format_config(t.config)), escape(t.reason or ""), style=style)
+        cells = [str(t.number), t.status, value, escape(format_config(t.config)), escape(t.reason or "")]
+        table.add_row(*cells, *([escape(", ".join(nodes.get(t.id, [])))] if show_nodes else []), style=style)
     return table
 
 

@@ -25,6 +25,10 @@ def campaign_tables(data: dict[str, Any]) -> str:
             ("best configuration", "-" if best is None else ", ".join(f"{k}={format_value(v)}" for k, v in best["config"].items()))]
     if data["test_value"] is not None:
         rows.append(("test value (held out)", f"{data['test_value']:.6g}"))
+    nodes = data.get("nodes") or {}
+    if (data.get("executor") or {}).get("kind") == "ray" or len(nodes) > 1:
+        where = ", ".join(f"{name}: {n} trials" for name, n in nodes.items()) or "-"
+        rows.append(("measured on", f"{(data.get('executor') or {}).get('address', 'Ray')}: {where}"))
     out = ['<table class="summary">', *(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows), "</table>"]
     if data["empty"]:
         out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')

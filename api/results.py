@@ -28,7 +28,7 @@ def trials(
     record = history.campaign(campaign)
     rows = history.trials(campaign)
     if fmt == "table":
-        console.print(render.trials_table(record, rows))
+        console.print(render.trials_table(record, rows, history.nodes(t.id for t in rows)))
     elif fmt == "json":
         print(json.dumps(public_trials(history, rows), default=str))
     elif fmt == "csv":

@@ -52,6 +52,9 @@ class CampaignCreate(BaseModel):
         "same: learn from earlier trials of the same space, workload and device; similar: that, and first measure "
         "the near-optimal configurations of the nearest fingerprinted workloads (GET /recommendations)."))
     fix: dict[str, Any] = Field(default_factory=dict, description="Parameters pinned to one value.")
+    executor: Literal["local", "ray"] | None = Field(None, description=(
+        "Where its trials are measured: the service's Ray cluster, or the service's own machine (default: the "
+        "cluster when the service has one, GET /cluster)."))
 
 
 class ParetoPoint(BaseModel):
@@ -110,6 +113,9 @@ class CampaignPublic(BaseModel):
     warm_start: str
     fixed: dict[str, Any]
     comparison: int | None
+    executor: dict[str, Any] | None = Field(None, description=(
+        "Where its trials are measured: kind (local or ray); once its driver started, the cluster's address, "
+        "the workers in flight and why fewer than asked (notes), and what one measurement holds (per_task)."))
     progress: Progress
     best: Best | None
     test_value: float | None
@@ -126,6 +132,7 @@ class MeasurementPublic(BaseModel):
     metrics: dict[str, Any]
     env: dict[str, Any]
     duration_s: float
+    node: str | None = Field(None, description="The machine that measured it (a Ray node: host/node id).")
 
 
 class TrialPublic(BaseModel):
@@ -139,6 +146,7 @@ class TrialPublic(BaseModel):
     retry_of: int | None = Field(description="The number of the STALE trial this one re-runs, if any.")
     started_at: datetime | None
     finished_at: datetime | None
+    nodes: list[str] = Field([], description="The machines that measured it.")
 
 
 class TrialDetail(TrialPublic):
@@ -149,10 +157,12 @@ def public_trials(history: Any, trials: list[Any]) -> list[dict[str, Any]]:
     """Trials as the API and `storetune trials --format json` show them: addressed by number, so ``retry_of``
     is the number of the STALE trial each re-runs (the history points at it by its internal id)."""
     numbers = history.numbers(t.retry_of for t in trials if t.retry_of is not None)
+    nodes = history.nodes(t.id for t in trials)
     out = []
     for t in trials:
-        fields = {k: getattr(t, k) for k in TrialPublic.model_fields}
+        fields = {k: getattr(t, k) for k in TrialPublic.model_fields if k != "nodes"}
         fields["retry_of"] = None if t.retry_of is None else numbers.get(t.retry_of)
+        fields["nodes"] = nodes.get(t.id, [])
         out.append(fields)
     return out
 
@@ -212,6 +222,9 @@ class ComparisonCreate(BaseModel):
     first_seed: int = Field(0, ge=0, lt=2**62)
     metric: str | None = None
     direction: Literal["min", "max"] | None = None
+    executor: Literal["local", "ray"] | None = Field(None, description=(
+        "Where its seeds run: the service's Ray cluster (as many at once as it has CPUs), or the service's own "
+        "machine (default: the cluster when the service has one)."))
     stop_at_near_optimal: bool = Field(False, description=(
         "Stop each seed at its first near-optimal configuration: evaluations to near-optimal and success rates "
         "stay exact, and a seed costs only what it needed; what needs every budget spent is left out: the best "
@@ -221,6 +234,7 @@ class ComparisonCreate(BaseModel):
 class ComparisonPublic(BaseModel):
     id: int
     state: str
+    cancel_requested: bool = False
     origin: str
     note: str | None
     created_at: datetime | None

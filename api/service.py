@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.settings import default_database_url
@@ -27,7 +27,7 @@ def default_data_dirs() -> str:
 class ServiceSettings(BaseSettings):
     """``storetune serve``'s settings: STORETUNE_* variables, or the command line's options."""
 
-    model_config = SettingsConfigDict(env_prefix="STORETUNE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="STORETUNE_", extra="ignore", populate_by_name=True)
 
     database_url: str = Field(default_factory=default_database_url)
     token: str | None = None  # when set, every mutating call needs 'Authorization: Bearer <token>'
@@ -38,6 +38,10 @@ class ServiceSettings(BaseSettings):
     max_parallel: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)  # a campaign's workers, at most
     max_loop_mib: int = Field(4096, ge=64)  # the largest loop device (a sparse file in loop_dir) a client may ask
     comparison_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    # the Ray cluster campaigns and comparisons are measured on (host:port of its head); none: this machine
+    ray_address: str | None = Field(None, validation_alias=AliasChoices("STORETUNE_RAY_ADDRESS", "RAY_ADDRESS"))
+    ray_join: bool = False  # join the cluster with a node of the service's own, offering no CPU (a container)
+    ray_max_retries: int = Field(2, ge=0, le=20)  # a task whose worker or node died is run again this many times
 
     def data_roots(self) -> list[Path]:
         return [Path(d).expanduser().resolve() for d in self.data_dirs.split(":") if d]

@@ -54,26 +54,37 @@ class Interrupt:
         signal.signal(signal.SIGINT, self.handler)
 
 
+def executor_of(kind: str, workers: int | None):  # type: ignore[no-untyped-def]
+    """The executor a campaign or comparison was recorded to run on: the service's Ray cluster (RAY_ADDRESS,
+    which the scheduler sets for the worker), else this machine (worker processes for more than one)."""
+    from tuner.executor import make_executor
+
+    if kind == "ray":
+        address = os.environ.get("RAY_ADDRESS")
+        if not address:
+            raise RuntimeError("this campaign runs on a Ray cluster, and the service gave its worker none")
+        return make_executor("ray", workers, address=address,
+                             max_retries=int(os.environ.get("STORETUNE_RAY_MAX_RETRIES", "2")))
+    return make_executor("local", workers)
+
+
 def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: int | None,  # type: ignore[no-untyped-def]
                  interrupt: Interrupt) -> None:
     from tuner import Campaign
 
     record = history.campaign(campaign_id)
-    executor = None
-    if record.batch_size > 1:
-        from tuner.executor import ProcessExecutor
-
-        executor = ProcessExecutor(record.batch_size)
+    executor = executor_of((record.executor or {}).get("kind", "local"), record.batch_size)
     Campaign.resume(history, campaign_id, executor, handed_by=handed_by).run(on_trial=interrupt.check)
 
 
 def run_comparison(history, comparison_id: int, comparison_workers: int, handed_by: int | None,  # type: ignore[no-untyped-def]
                    interrupt: Interrupt) -> None:
     from tuner.compare import Comparison
-    from tuner.executor import LocalExecutor, ProcessExecutor
 
     comparison = Comparison.load(history, comparison_id)
-    executor = ProcessExecutor(comparison_workers) if comparison_workers > 1 else LocalExecutor()
+    kind = history.comparison(comparison_id).settings.get("executor", "local")
+    # on the cluster, as many seeds at once as it has CPUs; here, the service's comparison workers
+    executor = executor_of(kind, None if kind == "ray" else comparison_workers)
     comparison.run(executor, on_seed=interrupt.check)
 
 
@@ -94,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.kind} {args.id}: %(levelname)s %(message)s")
     from runners import HostUnavailable
     from tuner import History
+    from tuner.compare import ComparisonCancelled
+    from tuner.executor import ExecutorLost
 
     history = History(args.db)
     run = run_campaign if args.kind == "campaign" else run_comparison
@@ -101,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         run(history, args.id, args.comparison_workers, args.handed_by, interrupt)
     except KeyboardInterrupt:  # the service is stopping: the campaign is interrupted, resumed at the next start
         return 130
+    except ComparisonCancelled:  # recorded as cancelled, its seeds kept
+        return 0
+    except ExecutorLost as e:  # recorded interrupted; the service queues it until its cluster is back
+        logging.warning("stopped: %s", e)
+        return 69  # EX_UNAVAILABLE (api/scheduler.py: EXIT_CLUSTER_LOST)
     except HostUnavailable as e:  # the campaign recorded itself failed, with why and how to resume; nothing is blamed
         logging.warning("stopped: %s", e)
         return 75  # EX_TEMPFAIL

@@ -79,6 +79,58 @@ def _names_a_dead_process(pid_file: Path) -> bool:
     return False
 
 
+class PrivatePostgres:
+    """A PostgreSQL server of the tests' own, in a temp folder naming its owner (so a later session can stop it
+    if this one is killed), listening on a Unix socket only; ``restart()`` is ``pg_ctl restart -m fast``, as an
+    operator restarts a server under live clients."""
+
+    def __init__(self) -> None:
+        bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+        if not bindirs:
+            pytest.skip("PostgreSQL is not installed; `make test` installs it (apt-get install postgresql)")
+        self.bindir = Path(bindirs[-1])
+        _reap_orphaned_servers(self.bindir)
+        self.top = Path(tempfile.mkdtemp(prefix=PG_PREFIX))
+        (self.top / "owner").write_text(str(os.getpid()))
+        self.data, self.sockets = self.top / "data", self.top / "sock"
+        self.sockets.mkdir()
+        if AS_POSTGRES:
+            os.chmod(self.top, 0o755)
+            shutil.chown(self.sockets, "postgres")
+            self.data.mkdir()
+            shutil.chown(self.data, "postgres")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log = self.sockets / "server.log"
+        self.options = f"-k {self.sockets} -p {self.port} -c listen_addresses='' -c fsync=off"
+        try:
+            self.pg(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+            self.pg_ctl("start")
+            self.pg(str(self.bindir / "createdb"), "-h", str(self.sockets), "-p", str(self.port), "-U", "postgres",
+                    "storetune")
+        except BaseException:
+            self.stop()
+            raise
+        self.url = f"postgresql+psycopg://postgres@/storetune?host={self.sockets}&port={self.port}"
+
+    def pg(self, *cmd: str) -> None:
+        proc = subprocess.run([*AS_POSTGRES, *cmd], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            server_log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}{server_log}")
+
+    def pg_ctl(self, action: str, *args: str) -> None:
+        self.pg(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", self.options, "-l", str(self.log), "-w",
+                *args, action)
+
+    def restart(self) -> None:
+        self.pg_ctl("restart", "-m", "fast")
+
+    def stop(self) -> None:
+        _stop_server(self.bindir, self.top)
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
     """A PostgreSQL URL: $STORETUNE_TEST_POSTGRES_URL, or a private server started for this session."""
@@ -86,40 +138,11 @@ def postgres_url():
     if given:
         yield given
         return
-    bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    if not bindirs:
-        pytest.skip("PostgreSQL is not installed; `make test` installs it (apt-get install postgresql)")
-    bindir = Path(bindirs[-1])
-    _reap_orphaned_servers(bindir)
-    top = Path(tempfile.mkdtemp(prefix=PG_PREFIX))
-    (top / "owner").write_text(str(os.getpid()))
-    data, sockets = top / "data", top / "sock"
-    sockets.mkdir()
-    if AS_POSTGRES:
-        os.chmod(top, 0o755)
-        shutil.chown(sockets, "postgres")
-        data.mkdir()
-        shutil.chown(data, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-
-    log = sockets / "server.log"
-
-    def pg(*cmd: str) -> None:
-        proc = subprocess.run([*AS_POSTGRES, *cmd], capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            server_log = log.read_text() if log.exists() else ""
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}{server_log}")
-
-    pg(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync")
-    options = f"-k {sockets} -p {port} -c listen_addresses='' -c fsync=off"
-    pg(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start")
+    server = PrivatePostgres()
     try:
-        pg(str(bindir / "createdb"), "-h", str(sockets), "-p", str(port), "-U", "postgres", "storetune")
-        yield f"postgresql+psycopg://postgres@/storetune?host={sockets}&port={port}"
+        yield server.url
     finally:
-        _stop_server(bindir, top)
+        server.stop()
 
 
 def reap_killed_sessions(root: Path) -> list[str]:
@@ -173,7 +196,7 @@ def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 # (the device mark), and Ray clusters, some of which measure on loop devices. The rest only touch what they
 # create, so they run side by side.
 def _shares_the_host(item: pytest.Item) -> bool:
-    return item.get_closest_marker("device") is not None or item.module.__name__ == "test_ray"
+    return item.get_closest_marker("device") is not None or item.module.__name__ in ("test_ray", "test_service_cluster")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

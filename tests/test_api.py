@@ -153,6 +153,72 @@ def test_cancel_drains_a_running_campaign_and_a_queued_one_never_starts(history_
         assert client.post(f"/campaigns/{queued['id']}/resume").status_code == 409  # finished: nothing to resume
 
 
+@pytest.mark.slow
+def test_a_finished_campaign_is_deleted_with_its_trials_and_a_running_one_is_not(history_url, tmp_path, bdbc):
+    with client_for(history_url, tmp_path, max_campaigns=1, token="s3cret") as client:
+        auth = {"Authorization": "Bearer s3cret"}
+        done = client.post("/campaigns", json=bdbc_campaign(bdbc, repeats=2), headers=auth).json()
+        kept = client.post("/campaigns", json=bdbc_campaign(bdbc, seed=2), headers=auth).json()
+        wait_for(client, f"/campaigns/{done['id']}", ("finished",))
+        wait_for(client, f"/campaigns/{kept['id']}", ("finished",))
+        long = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500), headers=auth).json()
+        wait_for(client, f"/campaigns/{long['id']}", ("running",))
+        assert client.delete(f"/campaigns/{done['id']}").status_code == 401  # the token guards it
+        refused = client.delete(f"/campaigns/{long['id']}", headers=auth)
+        assert refused.status_code == 409 and "cancel it first" in refused.json()["detail"]
+
+        assert client.delete(f"/campaigns/{done['id']}", headers=auth).status_code == 204
+        assert client.get(f"/campaigns/{done['id']}").status_code == 404
+        assert client.delete(f"/campaigns/{done['id']}", headers=auth).status_code == 404
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(history_url)
+        with engine.connect() as c:  # its trials and measurements went with it; the other campaign's stayed
+            trials = dict(c.execute(text("SELECT campaign_id, count(*) FROM trials GROUP BY campaign_id")).all())
+            orphans = c.execute(text("SELECT count(*) FROM measurements m LEFT JOIN trials t ON m.trial_id = t.id "
+                                     "WHERE t.id IS NULL")).scalar()
+        engine.dispose()
+        assert done["id"] not in trials and trials[kept["id"]] == 12 and orphans == 0
+        assert client.get(f"/campaigns/{kept['id']}/trials").json()["total"] == 12
+        client.post(f"/campaigns/{long['id']}/cancel", headers=auth)
+        wait_for(client, f"/campaigns/{long['id']}", ("cancelled",))
+        assert client.delete(f"/campaigns/{long['id']}", headers=auth).status_code == 204
+
+
+@pytest.mark.slow
+def test_a_comparison_is_cancelled_and_resumed_keeping_the_seeds_it_ran(history_url, tmp_path, bdbc):
+    with client_for(history_url, tmp_path) as client:
+        created = client.post("/comparisons", json={"dataset": str(bdbc), "algorithms": ["random", "sa"],
+                                                    "seeds": 40, "budget": 60})
+        assert created.status_code == 201, created.text
+        path = f"/comparisons/{created.json()['id']}"
+        deadline = time.monotonic() + 120
+        while client.get(path).json()["campaigns"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        cancelled = client.post(f"{path}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        stopped = wait_for(client, path, ("cancelled", "finished"))
+        assert stopped["state"] == "cancelled", "the comparison finished before the cancel reached it"
+        assert stopped["results"] is None and "resume it to run the others" in stopped["note"]
+        from tuner import History
+
+        history = History(history_url)
+        before = {(c.algorithm, c.seed): c.id for c in history.comparison_campaigns(created.json()["id"])}
+        assert 2 <= len(before) < 80
+        assert client.post(f"{path}/cancel").status_code == 409
+
+        resumed = client.post(f"{path}/resume")
+        assert resumed.status_code == 200 and resumed.json()["state"] in ("queued", "running")
+        done = wait_for(client, path, ("finished",))
+        after = {(c.algorithm, c.seed): c.id for c in history.comparison_campaigns(created.json()["id"])}
+        assert len(after) == 80 == done["campaigns"]  # every seed once: the resume ran only the others
+        assert all(after[key] == campaign for key, campaign in before.items())
+        assert all(a["evals_to_near_optimal"] and len(a["evals_to_near_optimal"]) == 40
+                   for a in done["results"]["algorithms"].values())
+        assert client.post(f"{path}/resume").status_code == 409
+
+
 def test_adaptive_repeats_over_rest_count_re_measurements_and_report_the_incumbent(history_url, tmp_path, bdbc):
     postgres = bdbc.parent / "PostgreSQL.csv"  # 22 noisy repeats per configuration
     with client_for(history_url, tmp_path) as client:

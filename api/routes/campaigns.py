@@ -39,13 +39,14 @@ router = APIRouter(prefix="/campaigns", tags=["campaigns"])
 State = Literal["queued", "running", "finished", "cancelled", "interrupted", "failed"]
 CANCELLABLE = ("queued", "running")
 RESUMABLE = ("cancelled", "interrupted", "failed")
+DELETABLE = ("finished", "cancelled", "interrupted", "failed")
 
 
 def links(campaign_id: int, pareto: bool = False) -> dict[str, str]:
     base = f"/campaigns/{campaign_id}"
     return {"self": base, "trials": f"{base}/trials", "convergence": f"{base}/convergence",
             "near_optimal": f"{base}/near-optimal", "importance": f"{base}/importance", "report": f"{base}/report",
-            "cancel": f"{base}/cancel",
+            "cancel": f"{base}/cancel", "delete": base,
             "resume": f"{base}/resume", **({"pareto": f"{base}/pareto"} if pareto else {})}
 
 
@@ -64,7 +65,7 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
                                                                  direction=c.objective_direction),  # type: ignore[arg-type]
         objective_spec=c.objective,
         budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, parallel=c.batch_size,
-        warm_start=c.warm_start, fixed=c.fixed, comparison=c.comparison_id,
+        warm_start=c.warm_start, fixed=c.fixed, comparison=c.comparison_id, executor=c.executor,
         progress=Progress(evaluated=svc.history.evaluations(c.id, c.repeats), budget=c.budget,
                           trials_by_status=ordered),
         best=None if best is None else Best(trial=best.number, value=best.value, config=best.config),  # type: ignore[arg-type]
@@ -120,18 +121,54 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
         where = ("space",) if "search space" in message and "space" in settings_model(body.runner).model_fields else ()
         message, named = in_json_terms(message, CAMPAIGN_FIELDS)
         raise Refused(("body", *(named or ("runner_settings", *where))), message) from None
+    executor = executor_kind(svc, body.executor)
+    warnings = list(runner.notes())
+    if executor == "ray":
+        warnings += fit_cluster(svc, runner.resources(), body.parallel)
     spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=algorithm,
                         algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
                         objective=body.objective,
                         budget=body.budget, seed=body.seed, repeats=body.repeats, max_repeats=body.max_repeats,
                         batch_size=body.parallel, warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
     try:
-        campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued")
+        campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued",
+                                   executor_kind=executor)
     except InvalidSpec as e:
         raise Refused(("body", e.field), in_json_terms(str(e), CAMPAIGN_FIELDS)[0]) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/campaigns/{campaign.id}"
-    return public(svc, campaign.record).model_copy(update={"warnings": list(runner.notes())})
+    return public(svc, campaign.record).model_copy(update={"warnings": warnings})
+
+
+def executor_kind(svc: Any, asked: str | None) -> str:
+    """Where a new campaign or comparison is measured: as asked, else on the service's cluster if it has one.
+    A cluster that does not answer refuses it now (503, with why), rather than queueing it for ever."""
+    kind = asked or ("ray" if svc.cluster is not None else "local")
+    if kind == "ray":
+        if svc.cluster is None:
+            raise Refused(("body", "executor"), "this server has no Ray cluster (its operator starts the service with "
+                                                "RAY_ADDRESS set to the head's host:port)")
+        state = svc.cluster.state
+        if not state.ready:
+            why = state.reason or "the service is still joining it"
+            raise Refused(("body", "executor"), f"the Ray cluster at {state.address} does not answer now: {why}", 503)
+    return kind
+
+
+def fit_cluster(svc: Any, needed: dict[str, float], parallel: int) -> list[str]:
+    """Refuse a campaign whose measurements need a resource no node advertises (a disk, a class of disk), naming
+    it; say when the cluster runs fewer measurements at once than ``parallel`` asks (the driver caps it)."""
+    state = svc.cluster.state
+    missing = state.missing(needed)
+    if missing is not None:
+        name = next(n for n, amount in needed.items() if state.total.get(n, 0.0) < amount)
+        field = "hardware" if name.startswith("disk:") else "device" if name.startswith("device:") else "runner"
+        raise Refused(("body", "runner_settings", field) if field != "runner" else ("body", "runner"), missing)
+    slots = state.slots(needed)
+    if parallel > slots:
+        held = ", ".join(f"{state.total.get(n, 0):g} {n}" for n in (needed or {"CPU": 1}))
+        return [f"parallel {parallel} is capped to {slots}: the Ray cluster advertises {held} (one measurement each)"]
+    return []
 
 
 def parse_settings_or_refuse(runner: str, values: dict[str, Any]) -> Any:
@@ -195,6 +232,21 @@ def resume_campaign(campaign_id: CampaignId, svc: ServiceDep) -> CampaignPublic:
         raise HTTPException(409, f"campaign {campaign_id} changed state meanwhile; look at it again")
     svc.scheduler.wake()
     return public(svc, svc.history.campaign(campaign_id))
+
+
+@router.delete("/{campaign_id}", status_code=204, dependencies=Auth, responses={401: {}, 404: {}, 409: {}})
+def delete_campaign(campaign_id: CampaignId, svc: ServiceDep) -> Response:
+    """Delete a campaign that is not queued or running, with its trials and their measurements. A seed of a
+    comparison goes with its comparison only."""
+    c = _campaign(svc, campaign_id)
+    if c.comparison_id is not None:
+        raise HTTPException(409, f"campaign {campaign_id} is a seed of comparison {c.comparison_id}; it is part of "
+                                 "that comparison's results")
+    if not svc.history.delete_campaign(campaign_id, DELETABLE):
+        state = svc.history.campaign(campaign_id).state
+        raise HTTPException(409, f"campaign {campaign_id} is {state}: cancel it first (only a finished, cancelled, "
+                                 "interrupted or failed campaign can be deleted)")
+    return Response(status_code=204)
 
 
 @router.get("/{campaign_id}/trials", response_model=Page[TrialPublic], responses={404: {}})

@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from api.deps import Auth, ComparisonId, PagingDep, ServiceDep
 from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
+from api.routes.campaigns import executor_kind
 from api.service import Refused, apply_policy, in_json_terms
 from tuner.base import HyperparameterError
 from tuner.campaign import InvalidSpec
@@ -30,7 +31,9 @@ def public(svc: Any, c: ComparisonView) -> ComparisonPublic:
         id=c.id, state=c.state, origin=c.origin, note=c.note, created_at=c.created_at, finished_at=c.finished_at,
         workload=c.workload_name, runner_settings=c.runner_settings, settings=c.settings,
         campaigns=len(svc.history.comparison_campaigns(c.id)), results=c.results,
-        links={"self": f"/comparisons/{c.id}", "report": f"/comparisons/{c.id}/report"},
+        cancel_requested=c.cancel_requested,
+        links={"self": f"/comparisons/{c.id}", "report": f"/comparisons/{c.id}/report",
+               "cancel": f"/comparisons/{c.id}/cancel", "resume": f"/comparisons/{c.id}/resume"},
     )
 
 
@@ -70,8 +73,9 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
     spec = CompareSpec(runner_settings=values, variants=variants, seeds=body.seeds, budget=body.budget,
                        within=body.within, repeats=body.repeats, metric=body.metric, direction=body.direction,
                        first_seed=body.first_seed, stop_at_near_optimal=body.stop_at_near_optimal)
+    executor = executor_kind(svc, body.executor)
     try:
-        comparison = Comparison.create(svc.history, spec, origin="api", state="queued")
+        comparison = Comparison.create(svc.history, spec, origin="api", state="queued", executor_kind=executor)
     except HyperparameterError as e:
         raise Refused(("body", "algorithms"), str(e)) from None
     except InvalidSpec as e:  # the part of the body at fault is known: an unknown metric or algorithm, the budget
@@ -103,6 +107,42 @@ def _comparison(svc: Any, comparison_id: int) -> ComparisonView:
         return svc.history.comparison(comparison_id)
     except LookupError:
         raise HTTPException(404, f"no comparison {comparison_id}") from None
+
+
+@router.post("/{comparison_id}/cancel", response_model=ComparisonPublic, dependencies=Auth,
+             responses={401: {}, 404: {}, 409: {}})
+def cancel_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> ComparisonPublic:
+    """Stop a comparison: a queued one at once; a running one after the seed campaigns running now finish. Its
+    recorded seeds are kept, and a resume runs the others."""
+    c = _comparison(svc, comparison_id)
+    if c.state not in ("queued", "running"):
+        raise HTTPException(409, f"comparison {comparison_id} is {c.state}: only a queued or running comparison "
+                                 "can be cancelled")
+    if not svc.history.transition_comparison(comparison_id, ["queued"], state="cancelled",
+                                             note="cancelled before it started"):
+        if not svc.history.transition_comparison(comparison_id, ["running"], cancel_requested=True):
+            raise HTTPException(409, f"comparison {comparison_id} ended meanwhile; nothing to cancel")
+    svc.scheduler.wake()
+    return public(svc, svc.history.comparison(comparison_id))
+
+
+@router.post("/{comparison_id}/resume", response_model=ComparisonPublic, dependencies=Auth,
+             responses={401: {}, 403: {}, 404: {}, 409: {}})
+def resume_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> ComparisonPublic:
+    """Go on with a comparison that was cancelled, interrupted or failed: the seed campaigns it recorded are
+    kept, the others run, and the results cover them all."""
+    c = _comparison(svc, comparison_id)
+    if c.state not in ("cancelled", "interrupted", "failed"):
+        raise HTTPException(409, f"comparison {comparison_id} is {c.state}: only a cancelled, interrupted or failed "
+                                 "comparison can be resumed")
+    apply_policy(svc.settings, "dataset", dict(c.runner_settings))  # its tables must be inside the data directories
+    if c.settings.get("executor") == "ray":
+        executor_kind(svc, "ray")
+    if not svc.history.transition_comparison(comparison_id, ["cancelled", "interrupted", "failed"], state="queued",
+                                             origin="api", cancel_requested=False, note="resumed"):
+        raise HTTPException(409, f"comparison {comparison_id} changed state meanwhile; look at it again")
+    svc.scheduler.wake()
+    return public(svc, svc.history.comparison(comparison_id))
 
 
 @router.get("/{comparison_id}/report", response_class=HTMLResponse, responses={404: {}})
