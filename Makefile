@@ -15,7 +15,7 @@ APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs gcc liburing-dev blktrace
 # its driver for the web report's browser test (a test tool's own browser download fails here).
 APT_TEST := postgresql docker-compose chromium chromium-driver $(APT_DEVICES)
 
-.PHONY: setup setup-devices demo serve test test-fast apt clean
+.PHONY: setup setup-devices demo serve test test-fast test-deploy apt clean
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,14 @@ TEST_WORKERS ?= 2
 test: setup
 	@$(MAKE) --no-print-directory apt PKGS="$(APT_TEST)"
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# The container deployment started for real: Debian's Docker engine (started here if none runs, and stopped
+# after), local base images (no registry is needed), then docker-compose.yml end to end (tests/test_deploy.py).
+APT_DEPLOY := docker.io docker-compose debootstrap
+test-deploy: setup
+	@$(MAKE) --no-print-directory apt PKGS="$(APT_DEPLOY)"
+	STORETUNE_TEST_DEPLOY=1 deploy/with-dockerd.sh $(BIN)/pytest -p no:cacheprovider -s -q tests/test_deploy.py \
+	  -k end_to_end --timeout 3600
 
 test-fast: setup
 	$(BIN)/pytest -m "not slow and not postgres and not device"

@@ -385,3 +385,17 @@ def test_a_head_that_asks_for_a_token_is_refused_with_what_to_set(sqlite_url, bd
     assert out.returncode == 2
     assert f"could not join the Ray cluster at {head.address}" in out.stderr and "RAY_AUTH_MODE=token" in out.stderr
     assert History(sqlite_url).campaigns() == []
+
+
+def test_an_embedded_ray_leaves_the_users_home_alone(sqlite_url, bdbc, tmp_path):
+    """Ray's own default writes ~/.ray/auth_token for an embedded cluster, after which the user's plain
+    `ray start --head` turns token authentication on and their drivers cannot join: StoreTune's embedded
+    cluster keeps its token in its processes' environment, and nothing of it lands in the home."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "RAY_ADDRESS": "", "XDG_CACHE_HOME": "", "XDG_CONFIG_HOME": "", "XDG_DATA_HOME": ""}
+    out = run_cli("tune", "--dataset", str(bdbc), "--algorithm", "random", "--budget", "6", "--parallel", "2",
+                  "--executor", "ray", "--json", db=sqlite_url, check=True, env=env)
+    assert json.loads(out.stdout.splitlines()[-1])["executor"]["kind"] == "ray"
+    left = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    assert left == [], left
