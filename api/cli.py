@@ -19,6 +19,7 @@ from api.common import (
     DbOption,
     DeviceOpt,
     DirtyLimitOpt,
+    HardwareOpt,
     EngineOpt,
     ExecutorOpt,
     FilesetOpt,
@@ -141,6 +142,7 @@ def tune(
     fileset_mib: FilesetOpt = None,
     warmup_runs: WarmupOpt = None,
     dirty_limit_mib: DirtyLimitOpt = None,
+    hardware: HardwareOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands of the first evaluations; "
                                                              "run and record nothing.")] = False,
     trace: Annotated[Optional[Path], typer.Option(help="Admission runner: a trace with per-I/O latency.")] = None,
@@ -190,7 +192,7 @@ def tune(
                    command=command, timeout_s=timeout, device=device, allow_device=allow_device, workload=workload,
                    engine=engine, runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
                    fileset_mib=fileset_mib, warmup_runs=warmup_runs, dirty_limit_mib=dirty_limit_mib,
-                   trace=str(trace) if trace else None, replica_cost_us=replica_cost_us,
+                   hardware=hardware, trace=str(trace) if trace else None, replica_cost_us=replica_cost_us,
                    metric=_table_metric(metric, objective) if runner == "dataset" else None)
     spec = None
     if resume is None or dry_run:

@@ -128,6 +128,7 @@ LoopSizeOpt = Annotated[Optional[int], typer.Option("--loop-size-mib", help=_dev
 FilesetOpt = Annotated[Optional[int], typer.Option("--fileset-mib", help=_device_help("fileset_mib"))]
 WarmupOpt = Annotated[Optional[int], typer.Option("--warmup-runs", help=_device_help("warmup_runs"))]
 DirtyLimitOpt = Annotated[Optional[int], typer.Option("--dirty-limit-mib", help=_device_help("dirty_limit_mib"))]
+HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=_device_help("hardware"))]
 
 # Runner options of the command line whose flag is not the setting's name.
 FLAGS = {"timeout_s": "--timeout", "runtime_s": "--runtime"}

@@ -512,3 +512,34 @@ def test_the_compose_deployment_runs_end_to_end(tmp_path):
     for name, seconds in d.timings.items():
         print(f"{name}: {seconds:.0f} s")
     print(f"make test-deploy's test took {time.monotonic() - started:.0f} s")
+
+
+def test_make_test_deploy_without_an_engine_says_what_is_missing_in_one_line(tmp_path):
+    """deploy/with-dockerd.sh on a machine whose docker client finds no engine: without dockerd installed, one
+    line naming the package; with a dockerd that cannot start, one line with its reason."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    (bin_dir / "docker").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{_without_dockerd(tmp_path)}", "HOME": str(tmp_path)}
+    script = str(ROOT / "deploy" / "with-dockerd.sh")
+    out = subprocess.run([script, "true"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stdout.count("\n") == 1, out
+    assert "no Docker engine runs and none is installed: apt-get install docker.io" in out.stdout
+    if os.geteuid() == 0:
+        (bin_dir / "dockerd").write_text("#!/bin/sh\necho 'time=\"x\" level=fatal msg=\"no cgroup mount found\"' >&2\n"
+                                         "exit 1\n")
+        (bin_dir / "dockerd").chmod(0o755)
+        out = subprocess.run([script, "true"], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1 and out.stdout == "dockerd could not start: no cgroup mount found\n", out
+
+
+def _without_dockerd(tmp_path: Path) -> str:
+    """A PATH of the system's tools without dockerd: a folder of links to /usr/bin and /bin's other programs."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for folder in (Path("/usr/bin"), Path("/bin"), Path("/usr/sbin")):
+        for program in folder.iterdir():
+            if program.name not in ("dockerd", "docker") and not (tools / program.name).exists():
+                (tools / program.name).symlink_to(program)
+    return str(tools)

@@ -125,10 +125,26 @@ def test_service_campaigns_run_on_both_nodes_and_survive_a_node_and_a_service_re
 
 
 def test_what_no_node_advertises_and_a_head_that_does_not_answer_are_refused_with_the_reason(cluster, sqlite_url,
-                                                                                            tmp_path):
+                                                                                            tmp_path, bdbc):
+    (tmp_path / "BDBC.csv").symlink_to(bdbc)  # inside the service's data directory
     service = RayService(tmp_path, sqlite_url, "service.log", cluster.address)
     try:
         service.ready()
+        # a comparison's seeds are Ray tasks too
+        compared = service.client.post("/comparisons", json={"dataset": str(tmp_path / "BDBC.csv"),
+                                                             "algorithms": ["random", "sa"], "seeds": 4, "budget": 20})
+        assert compared.status_code == 201, compared.text
+        assert compared.json()["settings"]["executor"] == "ray"
+        path = f"/comparisons/{compared.json()['id']}"
+        deadline = time.monotonic() + 180
+        while (done := service.client.get(path).json())["state"] in ("queued", "running"):
+            assert time.monotonic() < deadline, done
+            time.sleep(0.5)
+        assert done["state"] == "finished" and done["campaigns"] == 8, done
+        seed = service.client.get("/campaigns", params={"limit": 1}).json()["items"][0]
+        measured = service.trials(seed["id"])
+        assert all(len(t["nodes"]) == 1 and "/" in t["nodes"][0] for t in measured)  # host/Ray node
+
         disk = service.client.post("/campaigns", json={"runner": "device", "runner_settings": {
             "device": "/dev/nvme9n9"}, "budget": 2})
         assert disk.status_code == 422, disk.text
@@ -140,7 +156,7 @@ def test_what_no_node_advertises_and_a_head_that_does_not_answer_are_refused_wit
         assert kind.status_code == 422, kind.text
         [detail] = kind.json()["detail"]
         assert detail["loc"] == ["body", "runner_settings", "hardware"] and "'disk:ssd-z'" in detail["msg"]
-        assert service.client.get("/campaigns").json()["total"] == 0  # nothing recorded
+        assert service.client.get("/campaigns").json()["total"] == 8  # the comparison's seeds: nothing else recorded
     finally:
         service.kill()
 
