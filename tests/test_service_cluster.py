@@ -126,7 +126,7 @@ def test_service_campaigns_run_on_both_nodes_and_survive_a_node_and_a_service_re
 
 def test_what_no_node_advertises_and_a_head_that_does_not_answer_are_refused_with_the_reason(cluster, sqlite_url,
                                                                                             tmp_path, bdbc):
-    (tmp_path / "BDBC.csv").symlink_to(bdbc)  # inside the service's data directory
+    (tmp_path / "BDBC.csv").write_bytes(bdbc.read_bytes())  # inside the service's data directory
     service = RayService(tmp_path, sqlite_url, "service.log", cluster.address)
     try:
         service.ready()

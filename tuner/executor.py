@@ -39,6 +39,20 @@ class ExecutorLost(Exception):
     trials re-run at its resume; the service queues it until its cluster is back."""
 
 
+_node_name: str | None = None  # this process's name for its machine (a Ray worker's: host/node id)
+
+
+def this_node() -> str:
+    """The machine this process measures on, as measurements name it: the host, or what the executor set."""
+    return _node_name or socket.gethostname()
+
+
+def name_this_node(name: str) -> None:
+    """Set how this worker process names its machine (a Ray node: several may share one host)."""
+    global _node_name
+    _node_name = name
+
+
 def on_node(measurements: list[Measurement], node: str) -> list[Measurement]:
     """The measurements, each naming the machine that took it (``Measurement.node``)."""
     return [m if m.node is not None else dataclasses.replace(m, node=node) for m in measurements]
@@ -66,7 +80,7 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
             node: str | None = None) -> list[Measurement]:
     """Run the job's repeats, stopping at the first that does not succeed; each names ``node`` (default:
     this machine) as the one that measured it."""
-    node = node or socket.gethostname()
+    node = node or this_node()
     out: list[Measurement] = []
     for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
         try:  # RunnerBase.run raises only HostUnavailable; a runner that only follows the protocol may raise more
@@ -166,14 +180,27 @@ class LocalExecutor:
         return map(fn, items)
 
 
-def _start_worker(driver: int) -> None:
-    """Workers share the machine's cores: BLAS and torch each get one thread per worker. And they
-    end when their driver dies, however it dies (a SIGKILLed `tune` or service worker)."""
+_one_thread = False
+
+
+def one_thread_each() -> None:
+    """Workers share the machine's cores: BLAS and torch each get one thread per worker process (set once per
+    process, and inherited by what it starts)."""
+    global _one_thread
+    if _one_thread:
+        return
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+    _one_thread = True
+
+
+def _start_worker(driver: int) -> None:
+    """A pool worker: one thread each (``one_thread_each``), and it ends when its driver dies, however it dies
+    (a SIGKILLed `tune` or service worker)."""
+    one_thread_each()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it shuts the pool down
     threading.Thread(target=_exit_with_driver, args=(driver,), name="storetune-driver-watch", daemon=True).start()
 

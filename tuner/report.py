@@ -76,7 +76,16 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
     out["parallel"] = _parallel(scored, names, seed, direction)
     if record.objective:
         _several(out, record, trials)
+    out["nodes"] = _nodes(history, finished)
+    out["executor"] = record.executor or {}
     return out
+
+
+def _nodes(history: History, finished: list[Any]) -> dict[str, int]:
+    """The machines that measured the campaign, each with the trials it measured (a trial re-measured elsewhere
+    counts on both), most first: on a cluster, whether one node's disk measured most of the campaign."""
+    counts = Counter(n for ns in history.nodes(t.id for t in finished).values() for n in ns)
+    return dict(counts.most_common())
 
 
 # what the figures of a campaign over several metrics draw, and what its "best" is (`storetune best` says the same)
