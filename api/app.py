@@ -46,11 +46,11 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         history = History(settings.database_url)
         cluster = None
         if settings.ray_address:  # Ray runs in a watcher process, never here (api/cluster.py)
-            cluster = ClusterMonitor(settings.ray_address, join=settings.ray_join,
-                                     env={"STORETUNE_RAY_MAX_RETRIES": str(settings.ray_max_retries)})
+            cluster = ClusterMonitor(settings.ray_address, join=settings.ray_join)
             cluster.start()
         scheduler = Scheduler(history, settings.database_url, settings.max_campaigns, settings.comparison_workers,
-                              cluster=cluster)
+                              cluster=cluster,
+                              worker_env={"STORETUNE_RAY_MAX_RETRIES": str(settings.ray_max_retries)})
         app.state.service = Service(settings, history, scheduler, cluster)
         scheduler.start()
         try:

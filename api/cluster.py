@@ -16,12 +16,14 @@ the head comes back.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,6 +83,10 @@ class ClusterMonitor:
         self._stop = threading.Event()
         self._watcher: subprocess.Popen | None = None
         self._node: subprocess.Popen | None = None
+        self._node_lock = threading.Lock()
+        # where the service's node's process group is written: a successor stops what a killed service left
+        self._node_file = Path(tempfile.gettempdir()) / (
+            f"storetune-ray-node-{os.getuid()}-{hashlib.sha256(address.encode()).hexdigest()[:12]}.pgid")
         self._thread: threading.Thread | None = None
         self.changed = threading.Event()  # set at every change of readiness: the scheduler looks again
 
@@ -105,8 +111,10 @@ class ClusterMonitor:
         self._stop.set()
         if self._watcher is not None and self._watcher.poll() is None:
             self._watcher.terminate()
-        if self._node is not None:
-            _stop_group(self._node)
+        with self._node_lock:  # a node being started now sees the stop when it takes the lock
+            if self._node is not None:
+                _stop_group(self._node.pid)
+                self._node.poll()
         if self._watcher is not None:
             try:
                 self._watcher.wait(timeout=15)
@@ -128,7 +136,18 @@ class ClusterMonitor:
             self._stop.wait(BACKOFF_S[min(max(failures, 1), len(BACKOFF_S)) - 1])
 
     def _watch(self) -> bool:
-        """Run one watcher until it exits; returns whether it ever connected."""
+        """Run one watcher until it exits; returns whether it ever connected. While nothing answers at the
+        address, no watcher is started (a Python process with Ray every few seconds would cost a core's
+        tenth): the port is checked from here."""
+        from tuner.ray_executor import ExecutorError, reachable
+
+        try:
+            reachable(self.address, timeout=5.0)
+        except ExecutorError as e:
+            if self.state.state != "unreachable" or self.state.reason != str(e):
+                log.warning("the Ray cluster at %s is unreachable: %s", self.address, e)
+            self._set(ClusterState(self.address, "unreachable", str(e), time.time()))
+            return False
         argv = [sys.executable, "-m", "tuner.ray_executor", "watch", self.address]
         connected, last = False, None
         try:
@@ -172,18 +191,24 @@ class ClusterMonitor:
         """The service's node of the cluster is running, started now if it was not."""
         if self._node is not None and self._node.poll() is None:
             return True
-        if self._node is not None:  # it ended (its head went away): what is left of its group goes too
-            _stop_group(self._node)
-        ray = str(Path(sys.executable).with_name("ray"))
-        argv = [ray, "start", f"--address={self.address}", "--num-cpus=0", "--num-gpus=0", "--resources={}",
-                "--object-store-memory=134217728",  # 128 MiB: its drivers pass small objects only
-                "--disable-usage-stats", "--block"]
-        try:
-            self._node = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                          text=True, start_new_session=True)
-        except OSError as e:
-            self._set(ClusterState(self.address, "unreachable", f"cannot start this service's Ray node: {e}"))
-            return False
+        with self._node_lock:
+            if self._stop.is_set():
+                return False
+            if self._node is not None:  # it ended (its head went away): what is left of its group goes too
+                _stop_group(self._node.pid)
+            else:
+                self._stop_leftover()
+            ray = str(Path(sys.executable).with_name("ray"))
+            argv = [ray, "start", f"--address={self.address}", "--num-cpus=0", "--num-gpus=0", "--resources={}",
+                    "--object-store-memory=134217728",  # 128 MiB: its drivers pass small objects only
+                    "--disable-usage-stats", "--block"]
+            try:
+                self._node = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                              text=True, start_new_session=True)
+            except OSError as e:
+                self._set(ClusterState(self.address, "unreachable", f"cannot start this service's Ray node: {e}"))
+                return False
+            self._node_file.write_text(str(self._node.pid))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not self._stop.is_set():
             if self._node.poll() is not None:
@@ -192,44 +217,48 @@ class ClusterMonitor:
                                        + (said[-1][:300] if said else f"exit status {self._node.returncode}"),
                                        time.time()))
                 return False
-            if _raylet_running():
+            if any(b"raylet" in argv0 for _, argv0 in _members(self._node.pid)):
                 return True
             time.sleep(0.5)
         return self._node.poll() is None
 
+    def _stop_leftover(self) -> None:
+        """The node a killed predecessor of this service left running (its group, if it still holds a raylet)."""
+        try:
+            pgid = int(self._node_file.read_text())
+        except (OSError, ValueError):
+            return
+        if any(b"raylet" in argv0 for _, argv0 in _members(pgid)):
+            log.warning("stopping the Ray node a previous service left running (process group %d)", pgid)
+            _stop_group(pgid)
 
-def _stop_group(process: subprocess.Popen) -> None:
+
+def _stop_group(pgid: int) -> None:
     """SIGTERM to a process group started with a session of its own, then SIGKILL to what is left of it."""
     for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(process.pid, sig)
+            os.killpg(pgid, sig)
         except ProcessLookupError:
-            break
+            return
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _group_alive(process.pid):
-            process.poll()
+        while time.monotonic() < deadline and _members(pgid):
             time.sleep(0.2)
-    process.poll()
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def _raylet_running() -> bool:
-    """Is a raylet running on this machine (the node a driver here attaches to)?"""
+def _members(pgid: int) -> list[tuple[int, bytes]]:
+    """The live processes of a process group (zombies left out: a container's pid 1 may not reap them), each
+    with its program's name as its command line gives it."""
+    out = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"raylet" in (entry / "cmdline").read_bytes().split(b"\0")[0]:
-                    return True
-            except OSError:
-                continue
-    return False
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                out.append((int(entry.name), (entry / "cmdline").read_bytes().split(b"\0")[0]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def _drain(stream: Any, into: list[str]) -> None:

@@ -47,6 +47,7 @@ POLL_S = 0.2
 SWEEP_S = 5.0  # how often running campaigns without a live driver are looked for
 STOP_GRACE_S = 20.0  # how long an interrupted worker may take to record its last trial
 EXIT_CLUSTER_LOST = 69  # EX_UNAVAILABLE: the worker's Ray cluster went away (api/worker.py)
+EXIT_DATABASE_LOST = 74  # EX_IOERR: the history did not answer within STORETUNE_DB_RETRY_S (api/worker.py)
 
 
 @dataclass
@@ -60,8 +61,9 @@ class Worker:
 
 class Scheduler:
     def __init__(self, history: History, database_url: str, max_running: int, comparison_workers: int = 1,
-                 cluster: ClusterMonitor | None = None):
+                 cluster: ClusterMonitor | None = None, worker_env: dict[str, str] | None = None):
         self.history, self.url = history, database_url
+        self.worker_env = dict(worker_env or {})  # settings the workers read from their environment
         self.max_running, self.comparison_workers = max_running, comparison_workers
         self.cluster = cluster
         self.host, self.pid = socket.gethostname(), os.getpid()
@@ -97,9 +99,13 @@ class Scheduler:
             return len(self.workers)
 
     def holding(self) -> list[tuple[str, int]]:
-        """The campaigns and comparisons this service's workers run now."""
+        """The campaigns and comparisons this service's workers run now (or ended, and are not yet settled)."""
         with self._lock:
             return list(self.workers)
+
+    def holds(self, kind: str, item: int) -> bool:
+        with self._lock:
+            return (kind, item) in self.workers
 
     # --- the queue ------------------------------------------------------------------------------
     def adopt(self) -> None:
@@ -154,7 +160,7 @@ class Scheduler:
     def _next_campaign(self) -> bool:
         with self._lock:
             device_busy = any(w.exclusive for w in self.workers.values())
-        for c in self.history.campaigns(origin="api", states=("queued",), limit=16):
+        for c in self.history.campaigns(origin="api", states=("queued",)):  # Ray's wait: local ones go past
             on_ray = (c.executor or {}).get("kind") == "ray"
             if self._waits_for_cluster(on_ray):
                 self._say_waiting(c)
@@ -181,7 +187,7 @@ class Scheduler:
             self.history.transition(c.id, ["queued"], note=note)
 
     def _next_comparison(self) -> bool:
-        for k in self.history.comparisons(origin="api", states=("queued",), limit=8):
+        for k in self.history.comparisons(origin="api", states=("queued",)):
             on_ray = (k.settings.get("executor") or "local") == "ray"
             if self._waits_for_cluster(on_ray):
                 continue
@@ -195,7 +201,7 @@ class Scheduler:
         argv = [sys.executable, "-m", "api.worker", kind, str(item), "--handed-by", str(self.pid),
                 "--comparison-workers", str(self.comparison_workers)]
         # the history's URL goes by the environment: a password in argv is readable by every local user
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "STORETUNE_DATABASE_URL": self.url}
+        env = {**os.environ, **self.worker_env, "PYTHONUNBUFFERED": "1", "STORETUNE_DATABASE_URL": self.url}
         env.pop("RAY_ADDRESS", None)
         if on_ray and self.cluster is not None:
             env["RAY_ADDRESS"] = self.cluster.address
@@ -219,10 +225,16 @@ class Scheduler:
         with self._lock:
             ended = [w for w in self.workers.values() if w.process.poll() is not None]
         for w in ended:
-            if w.kind == "comparison":
-                self._settle_comparison(w)
-            else:
-                self._settle_campaign(w)
+            try:
+                if w.kind == "comparison":
+                    self._settle_comparison(w)
+                else:
+                    self._settle_campaign(w)
+            except LookupError:  # deleted meanwhile: nothing left to settle
+                pass
+            except Exception:  # the history does not answer: this one is settled at a later round
+                log.exception("%s %s: could not settle its worker; trying again", w.kind, w.id)
+                continue
             with self._lock:
                 self.workers.pop((w.kind, w.id), None)
 
@@ -250,12 +262,15 @@ class Scheduler:
         code, key = w.process.returncode, (w.kind, w.id)
         if code == EXIT_CLUSTER_LOST or self._lost_cluster(w):  # the cluster's doing, not the worker's
             log.warning("%s %s: its Ray cluster was lost; queued until it is back", w.kind, w.id)
-            transition(w.id, [state], state="queued", note=f"{note or 'its Ray cluster was lost'} (queued: it "
-                                                           "resumes when the cluster is back)")
+            address = self.cluster.address if self.cluster is not None else "its Ray cluster"
+            transition(w.id, [state], state="queued", note=f"the Ray cluster at {address} was lost mid-run; it "
+                                                           "resumes here when the cluster answers again")
             return
-        if state == "interrupted":  # interrupted by a Ctrl-C that reached the worker first: the service is stopping
+        if state == "interrupted" and code in (130, -signal.SIGINT):  # a Ctrl-C reached it first: the service stops
             transition(w.id, [state], state="queued", note="the service stopped; resumed at its next start")
             return
+        if code == EXIT_DATABASE_LOST:
+            log.warning("%s %s: its worker lost the history's database for too long; queued again", w.kind, w.id)
         deaths, at = self.deaths.get(key, (0, -1))
         deaths = deaths + 1 if progress == at else 1  # in a row: progress in between starts the count again
         if deaths >= DEATHS:

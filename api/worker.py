@@ -123,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         logging.warning("stopped: %s", e)
         return 75  # EX_TEMPFAIL
     except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history
+        from tuner.schema import lost_connection
+
+        if lost_connection(e):  # the history itself did not answer in time: nothing can be recorded now
+            logging.warning("the history's database did not answer: %s", e)
+            return 74  # EX_IOERR (api/scheduler.py: EXIT_DATABASE_LOST): the service queues it again
         if interrupt.requested:  # the stop landed inside a library that raised its own error instead (SQLAlchemy's
             logging.warning("interrupted: %s", e)  # rollback of a flush it cut short): still the service's stop
             return 130

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
@@ -72,3 +73,84 @@ def test_an_unknown_campaign_is_a_lookup_error(sqlite_url: str):
 
     with pytest.raises(LookupError, match="no campaign 42 in sqlite"):
         History(sqlite_url).campaign(42)
+
+
+def _lost(message: str = "server closed the connection unexpectedly"):
+    """The error SQLAlchemy raises when PostgreSQL goes away mid-call (psycopg's, wrapped)."""
+    import psycopg
+    from sqlalchemy.exc import OperationalError
+
+    return OperationalError("SELECT 1", {}, psycopg.OperationalError(message))
+
+
+def test_a_call_that_loses_its_connection_is_made_again_unless_its_commit_may_have_landed(monkeypatch):
+    """What the history's retries promise (tuner/schema.py): a call cut off before its COMMIT is made again; one
+    cut off during its COMMIT is made again only if it can check what the lost transaction left (it takes
+    ``retry``, and is told it is a retry); any other raises rather than writing twice."""
+    from tuner.schema import commit_started, retried
+
+    monkeypatch.setenv("STORETUNE_DB_RETRY_S", "5")
+    calls: list[dict] = []
+
+    def before_commit():
+        calls.append({})
+        if len(calls) == 1:
+            raise _lost()
+        return "done"
+
+    assert retried(before_commit, lambda: 5.0)() == "done" and len(calls) == 2
+
+    calls.clear()
+
+    def during_commit():
+        calls.append({})
+        commit_started(None)
+        raise _lost()
+
+    with pytest.raises(Exception, match="server closed the connection"):
+        retried(during_commit, lambda: 5.0)()
+    assert len(calls) == 1  # not made again: it may have committed
+
+    calls.clear()
+
+    def checks(retry: bool = False):
+        calls.append({"retry": retry})
+        if len(calls) == 1:
+            commit_started(None)
+            raise _lost()
+        return "checked"
+
+    assert retried(checks, lambda: 5.0)() == "checked" and calls == [{"retry": False}, {"retry": True}]
+
+    calls.clear()
+
+    def sqlite_locked():
+        from sqlalchemy.exc import OperationalError
+        import sqlite3
+
+        calls.append({})
+        raise OperationalError("UPDATE", {}, sqlite3.OperationalError("database is locked"))
+
+    with pytest.raises(Exception, match="database is locked"):
+        retried(sqlite_locked, lambda: 5.0)()
+    assert len(calls) == 1  # SQLite waited its busy timeout already
+
+
+def test_retried_writes_check_what_a_lost_commit_left(history_url):
+    """The writes that add rows, and the transitions, asked again as a retry after a COMMIT that landed: no
+    second trial, no second measurement, and the transition answers that it changed."""
+    history = History(history_url)
+    campaign = history.create_campaign(**CAMPAIGN)
+    configs, seeds = [Config({"a": 1}), Config({"a": 2})], [11, 12]
+    first = history.add_trials(campaign.id, configs, seeds)
+    again = history.add_trials.__wrapped__(history, campaign.id, configs, seeds, retry=True)
+    assert [t.id for t in again] == [t.id for t in first] and history.count_trials(campaign.id) == 2
+    m = Measurement(Status.SUCCEEDED, {"ops": 1.0})
+    history.add_measurement(first[0].id, 0, m)
+    history.add_measurement.__wrapped__(history, first[0].id, 0, m, retry=True)
+    assert len(history.trial(campaign.id, 0).measurements) == 1 and history.trial(campaign.id, 0).runs == 1
+    assert history.transition(campaign.id, ["running"], state="finished")
+    assert not history.transition(campaign.id, ["running"], state="finished")  # a second caller did not win
+    assert history.transition.__wrapped__(history, campaign.id, ["running"], retry=True, state="finished")
+    assert history.delete_campaign(campaign.id, ["finished"])
+    assert history.delete_campaign.__wrapped__(history, campaign.id, ["finished"], retry=True)

@@ -232,9 +232,6 @@ class Campaign:
         rec, history = self.record, self.history
         history.claim(rec.id, socket.gethostname(), os.getpid())
         history.mark_stale(rec.id, STALE_REASON)
-        self.executor.start()
-        self.executor.fit(self.runner)  # caps what runs at once to what the cluster holds, with a note
-        self._record_executor()
         similar = None
         if rec.warm_start in ("same", "similar"):
             # with the twice-labelled fingerprint `tune --fix` recorded until 2026-11-27: the same space
@@ -260,6 +257,9 @@ class Campaign:
             configs = [Config(t.config) for t in stale]
             queue += history.add_trials(rec.id, configs, [trial_seed(rec.seed, c) for c in configs], [t.id for t in stale])
         try:
+            self.executor.start()
+            self.executor.fit(self.runner)  # caps what runs at once to what the cluster holds, with a note
+            self._record_executor()
             outcome = run_loop(
                 campaign_id=rec.id,
                 tuner=self.tuner,

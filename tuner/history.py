@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import case, delete, event, func, insert, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from runners import Measurement, Status
@@ -23,7 +23,8 @@ from tuner.models import (
     CampaignRecord, ComparisonRecord, FingerprintRecord, MeasurementRecord, TrialRecord, utcnow,
 )
 from tuner.schema import (
-    check_schema, make_engine, refuse_a_missing_file, retried, retry_bound, retrying, shown_url, upgrade_schema,
+    check_schema, commit_started, make_engine, refuse_a_missing_file, retried, retry_bound, retrying, shown_url,
+    upgrade_schema,
 )
 from tuner.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
 
@@ -55,6 +56,7 @@ class History:
             self.engine.dispose()
             raise
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        event.listen(self._sessions, "before_commit", commit_started)  # a lost COMMIT is retried with care
 
     def session(self) -> Session:
         return self._sessions()
@@ -103,30 +105,36 @@ class History:
     def finish_campaign(self, campaign_id: int, state: str, note: str | None = None) -> None:
         self._update_campaign(campaign_id, state=state, note=note, finished_at=utcnow() if state == "finished" else None)
 
-    def transition(self, campaign_id: int, from_states: Sequence[str], **values: Any) -> bool:
+    def transition(self, campaign_id: int, from_states: Sequence[str], retry: bool = False, **values: Any) -> bool:
         """Change the campaign only if its state is one of ``from_states``, atomically (two service
-        processes, or a request and a worker, never both win); returns whether it changed."""
-        return self._transition(CampaignRecord, campaign_id, from_states, values)
+        processes, or a request and a worker, never both win); returns whether it changed. A retry after a
+        lost COMMIT finds the row as it asked for it, and answers that it changed."""
+        return self._transition(CampaignRecord, campaign_id, from_states, values, retry)
 
-    def _transition(self, table: Any, row_id: int, from_states: Sequence[str], values: dict[str, Any]) -> bool:
+    def _transition(self, table: Any, row_id: int, from_states: Sequence[str], values: dict[str, Any],
+                    retry: bool = False) -> bool:
         with self.session() as s, s.begin():
             result = s.execute(update(table).where(table.id == row_id, table.state.in_(list(from_states)))
                                .values(**values))
-            return bool(result.rowcount)
+            if result.rowcount or not retry:
+                return bool(result.rowcount)
+            row = s.get(table, row_id)
+            return row is not None and all(getattr(row, k) == v for k, v in values.items())
 
     def set_executor(self, campaign_id: int, executor: dict[str, Any]) -> None:
         """Record where the campaign's trials are measured (its driver's executor, as it found the cluster)."""
         self._update_campaign(campaign_id, executor=dict(executor))
 
-    def delete_campaign(self, campaign_id: int, states: Sequence[str]) -> bool:
+    def delete_campaign(self, campaign_id: int, states: Sequence[str], retry: bool = False) -> bool:
         """Delete the campaign with its trials and their measurements, only if its state is one of ``states``
-        (never one that a driver may still write to); returns whether it was deleted."""
+        (never one that a driver may still write to); returns whether it was deleted (a retry after a lost
+        COMMIT finds it gone)."""
         with self.session() as s, s.begin():
             found = s.scalar(select(CampaignRecord.id).where(CampaignRecord.id == campaign_id,
                                                             CampaignRecord.state.in_(list(states)))
                              .with_for_update())
             if found is None:
-                return False
+                return retry and s.get(CampaignRecord, campaign_id) is None
             trials = select(TrialRecord.id).where(TrialRecord.campaign_id == campaign_id).scalar_subquery()
             s.execute(delete(MeasurementRecord).where(MeasurementRecord.trial_id.in_(trials)))
             # a trial points at the STALE trial it re-runs: the pointers go first, so no row refers to a deleted one
@@ -243,9 +251,10 @@ class History:
                         finished_at=utcnow() if state == "finished" else None)
             )
 
-    def transition_comparison(self, comparison_id: int, from_states: Sequence[str], **values: Any) -> bool:
+    def transition_comparison(self, comparison_id: int, from_states: Sequence[str], retry: bool = False,
+                              **values: Any) -> bool:
         """``transition`` for a comparison."""
-        return self._transition(ComparisonRecord, comparison_id, from_states, values)
+        return self._transition(ComparisonRecord, comparison_id, from_states, values, retry)
 
     def comparison_cancel_requested(self, comparison_id: int) -> bool:
         with self.session() as s:

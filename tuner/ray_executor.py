@@ -52,6 +52,11 @@ class ExecutorError(ValueError):
     """The cluster cannot run this campaign (unreachable, or no node has what it needs): say why."""
 
 
+class ClusterUnreachable(ExecutorError, ExecutorLost):
+    """Nothing answers at the cluster's address: a one-line error for a command that starts, and for a campaign
+    already recorded, a lost cluster (interrupted, resumed when it answers again) rather than a failure."""
+
+
 class RayExecutor:
     """Measures on a Ray cluster, keeping ``workers`` tasks in flight.
 
@@ -90,7 +95,7 @@ class RayExecutor:
         # campaign); the tasks set their threads themselves (one_thread_each), and import StoreTune as installed
         options: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         if self.address:
-            _reachable(self.address)
+            reachable(self.address)
             try:
                 ray.init(address=self.address, **options)
             except (ConnectionError, RuntimeError) as e:
@@ -175,7 +180,7 @@ class RayExecutor:
         if not self.address:
             return
         try:
-            _reachable(self.address, timeout=WAIT_S)
+            reachable(self.address, timeout=WAIT_S)
         except ExecutorError as e:
             now = time.monotonic()
             self._silent_since = self._silent_since or now
@@ -200,7 +205,7 @@ class RayExecutor:
         deadline = time.monotonic() + LOST_AFTER_S + WAIT_S
         while time.monotonic() < deadline:
             try:
-                _reachable(self.address, timeout=WAIT_S)
+                reachable(self.address, timeout=WAIT_S)
                 return False
             except ExecutorError:
                 time.sleep(0.5)
@@ -355,7 +360,7 @@ def _call(fn: Callable[[T], R], item: T) -> tuple[R, str]:
     return fn(item), node
 
 
-def _reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+def reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """An unreachable head fails in seconds with one line, not after Ray's long retries."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.removeprefix("[").removesuffix("]")  # [::1]:6379
@@ -365,7 +370,7 @@ def _reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     try:
         sock = socket.create_connection((host, int(port)), timeout=timeout)
     except OSError as e:
-        raise ExecutorError(f"the Ray cluster at {address} is unreachable ({e.strerror or e}, after "
+        raise ClusterUnreachable(f"the Ray cluster at {address} is unreachable ({e.strerror or e}, after "
                             f"{time.monotonic() - started:.0f} s): start it with ray start --head, or unset "
                             "RAY_ADDRESS to run here") from None
     with sock:
@@ -453,7 +458,7 @@ def watch(address: str, interval: float = WATCH_S, out: Any = None) -> int:
         return 2
     while True:
         try:
-            _reachable(address, timeout=WAIT_S)
+            reachable(address, timeout=WAIT_S)
             say(cluster_state(ray))
         except ExecutorError as e:
             say({"state": "unreachable", "reason": str(e)})

@@ -233,13 +233,27 @@ def lost_connection(error: BaseException) -> bool:
 
 
 _depth = threading.local()  # a call from inside a retried call is retried by the outer one only
+_committing = threading.local()  # set when the current attempt's transaction began to commit
+
+
+def commit_started(_session: Any) -> None:
+    """A session's ``before_commit`` event (History's sessions): from here on, a lost connection leaves it
+    unknown whether the transaction committed."""
+    _committing.flag = True
 
 
 def retried(method: Callable[..., Any], bound: Callable[[], float]) -> Callable[..., Any]:
     """``method``, called again with exponential backoff while the database is unreachable, up to ``bound()``
-    seconds; then the last error. Each of the history's calls is one transaction (or a read), so calling it
-    again is safe, and the writes that add rows check first whether the lost transaction had committed."""
+    seconds; then the last error. Each of the history's calls is one transaction (or a read), so a call that
+    lost its connection before it began to commit changed nothing and is simply made again. One cut off during
+    its COMMIT may have committed: it is made again only if it can tell (it takes ``retry``, and checks what
+    the lost transaction left); any other is not retried then, rather than writing twice."""
     from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+    knows = "retry" in _parameters(method)
+
+    def again(error: BaseException) -> bool:
+        return lost_connection(error) and (knows or not getattr(_committing, "flag", False))
 
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -247,14 +261,16 @@ def retried(method: Callable[..., Any], bound: Callable[[], float]) -> Callable[
             return method(*args, **kwargs)
         _depth.n = 1
         try:
-            for attempt in Retrying(retry=retry_if_exception(lost_connection), stop=stop_after_delay(bound()),
+            for attempt in Retrying(retry=retry_if_exception(again), stop=stop_after_delay(bound()),
                                     wait=wait_exponential_jitter(multiplier=0.1, max=5.0, jitter=0.5), reraise=True,
                                     before_sleep=_say_retry(method.__name__)):
                 with attempt:
+                    _committing.flag = False
                     return method(*args, retry=attempt.retry_state.attempt_number > 1, **kwargs) \
-                        if "retry" in _parameters(method) else method(*args, **kwargs)
+                        if knows else method(*args, **kwargs)
         finally:
             _depth.n = 0
+            _committing.flag = False
         raise AssertionError("unreachable")  # Retrying re-raises the last error
 
     return call

@@ -112,8 +112,8 @@ def _comparison(svc: Any, comparison_id: int) -> ComparisonView:
 @router.post("/{comparison_id}/cancel", response_model=ComparisonPublic, dependencies=Auth,
              responses={401: {}, 404: {}, 409: {}})
 def cancel_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> ComparisonPublic:
-    """Stop a comparison: a queued one at once; a running one after the seed campaigns running now finish. Its
-    recorded seeds are kept, and a resume runs the others."""
+    """Stop a comparison: a queued one at once; a running one when its next seed campaign finishes (the others
+    running then are dropped). Its recorded seeds are kept, and a resume runs the others."""
     c = _comparison(svc, comparison_id)
     if c.state not in ("queued", "running"):
         raise HTTPException(409, f"comparison {comparison_id} is {c.state}: only a queued or running comparison "
@@ -135,6 +135,9 @@ def resume_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> Compariso
     if c.state not in ("cancelled", "interrupted", "failed"):
         raise HTTPException(409, f"comparison {comparison_id} is {c.state}: only a cancelled, interrupted or failed "
                                  "comparison can be resumed")
+    if svc.scheduler.holds("comparison", comparison_id):  # its worker is ending: one driver at a time
+        raise HTTPException(409, f"comparison {comparison_id} is {c.state}, and its worker is still ending; try "
+                                 "again in a few seconds")
     apply_policy(svc.settings, "dataset", dict(c.runner_settings))  # its tables must be inside the data directories
     if c.settings.get("executor") == "ray":
         executor_kind(svc, "ray")
