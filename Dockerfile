@@ -7,8 +7,9 @@
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE}
 
-# EXTRAS: the optional parts installed: rl (the DQN tuner: torch, several GB). Empty: without them.
-ARG EXTRAS=rl
+# EXTRAS: the optional parts installed (pyproject.toml): all by default; service,ray leaves out the DQN tuner's
+# torch, several GB.
+ARG EXTRAS=all
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

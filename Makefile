@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory apt PKGS=python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[rl,test]'
+	$(BIN)/pip install --quiet -e '.[all,test]'
 	@touch $@
 
 setup-devices: setup

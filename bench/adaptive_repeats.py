@@ -29,12 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.compare_algorithms import DATASETS, own_datasets, threshold  # noqa: E402
-from runners import make_runner  # noqa: E402
-from search_spaces import Config  # noqa: E402
-from tuner.analysis import best_trial  # noqa: E402
-from tuner.loop import MemoryStore, run_loop  # noqa: E402
-from tuner.objective import Objective  # noqa: E402
-from tuner.registry import DEFAULT_ALGORITHM, make_tuner  # noqa: E402
+from storetune.runners import make_runner  # noqa: E402
+from storetune.search_spaces import Config  # noqa: E402
+from storetune.tuner.analysis.summary import best_trial  # noqa: E402
+from storetune.tuner.history.memory import MemoryStore
+from storetune.tuner.search.loop import run_loop  # noqa: E402
+from storetune.tuner.objectives.objective import Objective  # noqa: E402
+from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, make_tuner  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners.admission.baselines import baselines, gain_share  # noqa: E402
-from runners.admission.model import accuracy, inference_cost  # noqa: E402
-from runners.admission.pipeline import AdmissionConfig, Pipeline  # noqa: E402
-from runners.admission.simulator import jumps, reference_simulate, simulate  # noqa: E402
-from tuner import Campaign, CampaignSpec, History  # noqa: E402
+from storetune.runners.admission.baselines import baselines, gain_share  # noqa: E402
+from storetune.runners.admission.model import accuracy, inference_cost  # noqa: E402
+from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline  # noqa: E402
+from storetune.runners.admission.simulator import jumps, reference_simulate, simulate  # noqa: E402
+from storetune.tuner import Campaign, CampaignSpec, History  # noqa: E402
 
 TRACES = sorted((ROOT.parent / "shared" / "datasets" / "flashnet_tencent").glob("*.trace.csv"))
 R, F, SEED = 3, 30.0, 0

@@ -64,9 +64,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners import Status, make_runner  # noqa: E402
-from search_spaces import Kind  # noqa: E402
-from tuner import Campaign, CampaignSpec, History  # noqa: E402
+from storetune.runners import Status, make_runner  # noqa: E402
+from storetune.search_spaces import Kind  # noqa: E402
+from storetune.tuner import Campaign, CampaignSpec, History  # noqa: E402
 
 DATASET = ROOT.parent / "shared" / "datasets" / "moot_configs" / "7z.csv"
 HOST = "127.0.0.1"  # every request of this benchmark goes to the loopback address only

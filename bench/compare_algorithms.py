@@ -35,13 +35,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import bench.optuna_tpe
 
-from runners import make_runner  # noqa: E402
-from tuner.compare import Comparison, CompareSpec, Variant  # noqa: E402
-from tuner.convergence import near_optimal, within_for_share  # noqa: E402
-from tuner.executor import ProcessExecutor  # noqa: E402
-from tuner.history import History  # noqa: E402
-from tuner.objective import Objective  # noqa: E402
-from tuner.registry import DEFAULT_ALGORITHM, register  # noqa: E402
+from storetune.runners import make_runner  # noqa: E402
+from storetune.tuner.search.compare import Comparison, CompareSpec, Variant  # noqa: E402
+from storetune.tuner.analysis.convergence import near_optimal, within_for_share  # noqa: E402
+from storetune.tuner.execution.local import ProcessExecutor  # noqa: E402
+from storetune.tuner.history.store import History  # noqa: E402
+from storetune.tuner.objectives.objective import Objective  # noqa: E402
+from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, register  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "datasets"
 MOOT = SHARED / "moot_configs"

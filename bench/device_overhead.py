@@ -31,13 +31,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners import make_runner  # noqa: E402
-from runners.device.engines import run_fio  # noqa: E402
-from runners.device.replay import replay  # noqa: E402
-from runners.device.shell import Shell  # noqa: E402
-from runners.device.state import SetupLog  # noqa: E402
-from runners.device.target import close_loop, open_loop  # noqa: E402
-from runners.traces import Trace  # noqa: E402
+from storetune.runners import make_runner  # noqa: E402
+from storetune.runners.device.engines import run_fio  # noqa: E402
+from storetune.runners.device.replay import replay  # noqa: E402
+from storetune.runners.device.shell import Shell  # noqa: E402
+from storetune.runners.device.state import SetupLog  # noqa: E402
+from storetune.runners.device.target import close_loop, open_loop  # noqa: E402
+from storetune.runners.traces import Trace  # noqa: E402
 
 FILE_SYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 WORKLOADS = ("fileserver", "varmail", "webserver", "oltp")
@@ -68,7 +68,7 @@ def fixed_costs(args: argparse.Namespace, loop_dir: str) -> None:
 
 def fio_alone(runner, config, repeats: int) -> dict[str, list[float]]:
     """The peer: the same fio job repeated on one file system built once, nothing else."""
-    from runners.device.filesystems import build
+    from storetune.runners.device.filesystems import build
 
     shell, target = runner.shell, runner.target()
     plan = build(config)

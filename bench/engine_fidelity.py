@@ -43,13 +43,13 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners import Status, make_runner  # noqa: E402
-from runners.device.personalities import job_version  # noqa: E402
-from runners.tables import load_table  # noqa: E402
-from runners.device.personalities import MIB, device_bytes_needed, personality  # noqa: E402
-from search_spaces import load_space  # noqa: E402
-from tuner.grid import GridSearch  # noqa: E402
-from tuner.sweep import recorded_settings  # noqa: E402
+from storetune.runners import Status, make_runner  # noqa: E402
+from storetune.runners.device.personalities import job_version  # noqa: E402
+from storetune.runners.tables import load_table  # noqa: E402
+from storetune.runners.device.personalities import MIB, device_bytes_needed, personality  # noqa: E402
+from storetune.search_spaces import load_space  # noqa: E402
+from storetune.tuner.algorithms.grid import GridSearch  # noqa: E402
+from storetune.tuner.search.sweep import recorded_settings  # noqa: E402
 
 ENGINES = ("fio", "filebench")
 

@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners.device.blktrace import traced_run  # noqa: E402
-from runners.device.personalities import job_version  # noqa: E402
-from runners.fingerprint import FINGERPRINTS_FILE, features  # noqa: E402
-from runners.settings import DeviceSettings  # noqa: E402
+from storetune.runners.device.blktrace import traced_run  # noqa: E402
+from storetune.runners.device.personalities import job_version  # noqa: E402
+from storetune.runners.fingerprint import FINGERPRINTS_FILE, features  # noqa: E402
+from storetune.runners.settings import DeviceSettings  # noqa: E402
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from bench.optuna_tpe import OptunaTPE
-from search_spaces import Config
-from tuner.base import Observation
+from storetune.search_spaces import Config
+from storetune.tuner.algorithms.base import Observation
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from search_spaces import Config, Kind
-from tuner.base import Observation, Tuner
+from storetune.search_spaces import Config, Kind
+from storetune.tuner.algorithms.base import Observation, Tuner
 
 MAX_REPROPOSALS = 20
 

@@ -32,8 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners import make_runner  # noqa: E402
-from tuner.executor import Job, LocalExecutor, ProcessExecutor  # noqa: E402
+from storetune.runners import make_runner  # noqa: E402
+from storetune.tuner.execution.jobs import Job
+from storetune.tuner.execution.local import LocalExecutor, ProcessExecutor  # noqa: E402
 
 BDBC = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "moot_configs" / "BDBC.csv"
 TARGET = 1.8
@@ -53,7 +54,7 @@ def timed(executor: Any, runner: Any, batch: list[Job]) -> tuple[float, int]:
 
 
 def speedup(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from tuner.ray_executor import RayExecutor
+    from storetune.tuner.execution.ray import RayExecutor
 
     script = work / "sleep.sh"
     script.write_text(f'#!/bin/sh\nsleep {args.seconds}\necho \'{{"ops": 1}}\'\n')
@@ -88,10 +89,10 @@ def speedup(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def comparison(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from api.common import table_settings
-    from tuner.compare import CompareSpec, Comparison, Variant
-    from tuner.history import History
-    from tuner.ray_executor import RayExecutor
+    from storetune.api.cli.common import table_settings
+    from storetune.tuner.search.compare import CompareSpec, Comparison, Variant
+    from storetune.tuner.history.store import History
+    from storetune.tuner.execution.ray import RayExecutor
 
     if not BDBC.exists():
         print(f"skipping the comparison: no {BDBC} (clone the shared data beside this repository)")

@@ -28,12 +28,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners import make_runner  # noqa: E402
-from search_spaces import Config  # noqa: E402
-from tuner.loop import MemoryStore, run_loop  # noqa: E402
-from tuner.objective import MultiObjective  # noqa: E402
-from tuner.pareto import hypervolume, non_dominated  # noqa: E402
-from tuner.registry import make_tuner, register  # noqa: E402
+from storetune.runners import make_runner  # noqa: E402
+from storetune.search_spaces import Config  # noqa: E402
+from storetune.tuner.history.memory import MemoryStore
+from storetune.tuner.search.loop import run_loop  # noqa: E402
+from storetune.tuner.objectives.objective import MultiObjective  # noqa: E402
+from storetune.tuner.analysis.pareto import hypervolume, non_dominated  # noqa: E402
+from storetune.tuner.algorithms.registry import make_tuner, register  # noqa: E402
 
 MOOT = ROOT.parent / "shared" / "datasets" / "moot_configs"
 TABLES = {"SS-J": ("Throughput", "Latency"), "SS-O": ("Performance", "Cpu"), "SS-A": ("Throughput", "Latency")}

@@ -117,9 +117,9 @@ def main() -> None:
                         help="Trials of the fANOVA comparison (Optuna's evaluator is slow: minutes at 300)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from api.report import page
-    from tuner.importance import importance
-    from tuner.report import campaign_data
+    from storetune.api.report.page import page
+    from storetune.tuner.analysis.importance import importance
+    from storetune.tuner.analysis.report import campaign_data
 
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"machine load: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min) on {os.cpu_count()} cores",

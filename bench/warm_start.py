@@ -37,11 +37,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners import make_runner  # noqa: E402
-from runners.fingerprint import dataset_fingerprint  # noqa: E402
-from tuner import Campaign, CampaignSpec, History  # noqa: E402
-from tuner.convergence import evaluations_to_hit, near_optimal  # noqa: E402
-from tuner.workloads import recommend  # noqa: E402
+from storetune.runners import make_runner  # noqa: E402
+from storetune.runners.fingerprint import dataset_fingerprint  # noqa: E402
+from storetune.tuner import Campaign, CampaignSpec, History  # noqa: E402
+from storetune.tuner.analysis.convergence import evaluations_to_hit, near_optimal  # noqa: E402
+from storetune.tuner.analysis.workloads import recommend  # noqa: E402
 
 
 def settings(dataset: Path, workload: str, metric: str) -> dict:

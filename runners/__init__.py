@@ -1,6 +1,8 @@
-"""How to measure a configuration: replay a dataset, run a command, and (later) real devices.
+"""How to measure a configuration: replay a dataset, run a command, format and measure a real device, simulate
+ML admission.
 
-Runners are registered by name and imported lazily, so that importing this package stays cheap.
+Runners are registered by name with their settings models (``settings.SETTINGS``) and imported lazily, so
+that importing this package stays cheap.
 """
 
 from __future__ import annotations
@@ -10,18 +12,13 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from runners.base import (
-    Direction, HostUnavailable, Measurement, Runner, RunnerBase, Status, Workload, guess_direction, host_environment,
-    raised,
+from storetune.runners.base import (
+    Direction, HostUnavailable, Measurement, Runner, RunnerBase, Status, Workload, guess_direction,
+    host_environment, raised,
 )
-from runners.settings import SETTINGS, RunnerSettings, parse_settings, settings_model
+from storetune.runners.settings import SETTINGS, RunnerSettings, parse_settings, settings_model
 
-RUNNERS = {
-    "dataset": "runners.dataset:DatasetRunner",
-    "command": "runners.command:CommandRunner",
-    "device": "runners.device.runner:DeviceRunner",
-    "admission": "runners.admission.runner:AdmissionRunner",
-}
+RUNNERS = {name: model.runner for name, model in SETTINGS.items()}  # the registry is runners/settings.py's
 
 
 def runner_class(name: str) -> type:
@@ -50,7 +47,17 @@ def make_runner(name: str, settings: RunnerSettings | Mapping[str, Any] | None =
     return cls(parse_settings(name, values), **options)
 
 
+def inspected_runner(name: str, settings: RunnerSettings | Mapping[str, Any]) -> Runner:
+    """The runner ``name`` built to be looked at, not to measure: its space, workload, settings and resources,
+    without setting anything up on this machine (the device runner as a dry run, silent). What a service checks
+    a request with, and a driver holds while its measurements run elsewhere."""
+    if "dry_run" in inspect.signature(runner_class(name)).parameters:
+        return make_runner(name, settings, dry_run=True, echo=lambda _line: None)
+    return make_runner(name, settings)
+
+
 __all__ = [
+    "inspected_runner",
     "RUNNERS",
     "Direction",
     "Measurement",

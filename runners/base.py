@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from search_spaces import Config, InvalidConfig, SearchSpace
-from search_spaces.status import Direction, Status
+from storetune.search_spaces import Config, InvalidConfig, SearchSpace
+from storetune.search_spaces.status import Direction, Status
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,31 @@ class Runner(Protocol):
     HostUnavailable, which is no outcome of the configuration's."""
 
     name: ClassVar[str]
+    exclusive: ClassVar[bool]  # owns a disk: its measurements never run beside each other on one machine
     space: SearchSpace
     workload: Workload
+    device: str  # what the history compares campaigns by, beside the workload (warm starts): the runner's name,
+    # or the device it formats
 
     def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement: ...
+
+    def resources(self) -> dict[str, float]:
+        """What one measurement occupies beyond a CPU, as cluster resources (a loop slot, a disk); {} for none."""
+        ...
+
+    def check_pins(self, fixed: dict[str, Any]) -> None:
+        """Refuse (ValueError) pins under which every configuration would measure the same."""
+        ...
+
+    def workload_fingerprint(self) -> dict[str, Any] | None:
+        """The features of its workload when the runner knows them (a trace it replays, a dataset that ships
+        its workloads' fingerprints); None otherwise."""
+        ...
+
+    def label(self) -> str:
+        """What a person calls what it measures on, in titles and listings: its space's name, or a replayed
+        dataset's."""
+        ...
 
     def metrics(self) -> dict[str, Direction]:
         """The metrics this runner reports, each with the direction that is better."""
@@ -124,6 +145,7 @@ class RunnerBase:
 
     def __init__(self, settings: Any):
         self._settings = settings
+        self.device = self.name
 
     def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         try:
@@ -148,8 +170,15 @@ class RunnerBase:
         return ()
 
     def check_pins(self, fixed: dict[str, Any]) -> None:
-        """Refuse (ValueError) pins under which every configuration would measure the same; none by default.
-        Optional: a runner that is no RunnerBase may leave it out."""
+        """Refuse (ValueError) pins under which every configuration would measure the same; none by default."""
+
+    def workload_fingerprint(self) -> dict[str, Any] | None:
+        """The workload's features, when the runner can tell them; not by default."""
+        return None
+
+    def label(self) -> str:
+        """Its space's name by default."""
+        return self.space.name
 
     def resources(self) -> dict[str, float]:
         """What one measurement occupies beyond a CPU, as cluster resources: none by default; a disk

@@ -18,9 +18,9 @@ import subprocess
 import time
 from typing import Any, ClassVar
 
-from runners.base import Direction, Measurement, RunnerBase, Status, Workload, host_environment, kill_group
-from runners.settings import CommandSettings
-from search_spaces import Config, load_space
+from storetune.runners.base import Direction, Measurement, RunnerBase, Status, Workload, host_environment, kill_group
+from storetune.runners.settings import CommandSettings
+from storetune.search_spaces import Config, load_space
 
 INVALID_EXIT_STATUS = 77
 STDERR_TAIL = 500  # characters of stderr kept as the reason of a failure
@@ -35,21 +35,21 @@ def _argv(command: str) -> list[str]:
     try:
         argv = shlex.split(command)
     except ValueError as e:
-        raise ValueError(f"--command {command!r}: {e}") from None
+        raise ValueError(f"`command` {command!r}: {e}") from None
     if not argv:
-        raise ValueError("--command is empty")
+        raise ValueError("`command` is empty")
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)  # splits ; | & < > out, unless quoted
     lexer.whitespace_split = True
     operator = next((t for t in lexer if t and set(t) <= set(";&|<>()")), None)
     if operator:
-        raise ValueError(f"--command {command!r}: {operator!r} is a shell operator, but {NO_SHELL}")
+        raise ValueError(f"`command` {command!r}: {operator!r} is a shell operator, but {NO_SHELL}")
     program = argv[0]
     found = shutil.which(program) if os.sep not in program else (program if os.path.isfile(program) else None)
     if found is None:
         where = "no such file" if os.sep in program else "not found on PATH"
-        raise ValueError(f"--command: {program}: {where}; {NO_SHELL}")
+        raise ValueError(f"`command`: {program}: {where}; {NO_SHELL}")
     if not os.access(found, os.X_OK):
-        raise ValueError(f"--command: {found} is not executable (chmod +x it, or name its interpreter first)")
+        raise ValueError(f"`command`: {found} is not executable (chmod +x it, or name its interpreter first)")
     return argv
 
 

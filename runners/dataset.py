@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runners.base import Direction, Measurement, RunnerBase, Status, Workload
-from runners.settings import DatasetSettings
-from runners.tables import Table, load_table
-from search_spaces import Config
+from storetune.runners.base import Direction, Measurement, RunnerBase, Status, Workload
+from storetune.runners.settings import DatasetSettings
+from storetune.runners.tables import Table, load_table
+from storetune.search_spaces import Config
 
 
 class DatasetRunner(RunnerBase):
@@ -38,10 +38,18 @@ class DatasetRunner(RunnerBase):
     def notes(self) -> tuple[str, ...]:
         return self.table.notes
 
+    def label(self) -> str:
+        """A dataset folder's name (``loop-storage-v3``), not its table file's (``measurements``); a table's
+        name otherwise. Its space keeps the table's name: campaigns' fingerprints do not change."""
+        folders = {p.parent for p in self.table.sources}
+        if len(folders) == 1 and (next(iter(folders)) / "manifest.json").is_file():
+            return next(iter(folders)).name
+        return self.space.name
+
     def workload_fingerprint(self) -> dict[str, Any] | None:
         """The pinned workload's fingerprint, where the dataset ships one: ``fingerprints.json`` beside
         its table, measured with it (see the dataset's manifest)."""
-        from runners.fingerprint import dataset_fingerprint
+        from storetune.runners.fingerprint import dataset_fingerprint
 
         return dataset_fingerprint(self.table.sources[0].parent, self.workload.name)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from runners.traces import Trace
+from storetune.runners.traces import Trace
 
 # Below this many I/Os the ratios and percentiles are noise: a fingerprint refuses a shorter trace.
 MIN_IOS = 200

@@ -19,6 +19,7 @@ import csv
 import hashlib
 import io
 import json
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runners.base import Direction, Status, Workload, guess_direction
-from runners.text import decode
-from search_spaces import Config, TableSpace, Value, infer_table_space, load_space
+from storetune.runners.base import Direction, Status, Workload, guess_direction
+from storetune.runners.text import decode
+from storetune.search_spaces import Config, TableSpace, Value, infer_table_space, load_space
 
 # Columns that describe the setup a row was measured on, not a knob to tune.
 CONTEXT_COLUMNS = ("workload_id", "machine_id", "disk_type", "workload", "device", "machine", "worker_id", "Platform")
@@ -104,6 +105,11 @@ class Table:
         return Workload(kind="dataset", name=str(self.context.get("workload", self.name)), params=params)
 
 
+TABLE_CACHE_SIZE = 8  # tables a process keeps read (the service checks every request against its table)
+_tables: dict[tuple[Any, ...], Table] = {}
+_tables_lock = threading.Lock()  # the service's request threads share it
+
+
 def load_table(
     sources: str | Path | Sequence[str | Path],
     context: Mapping[str, Any] | None = None,
@@ -112,8 +118,32 @@ def load_table(
     """Read one or more CSV files (or a folder of them) and pin the setup columns to ``context``.
 
     ``metric`` names the objective column of a plain table whose header does not say which it is.
+    A table is read once per process while its files keep their size and modification time; its
+    warnings are raised again at every load.
     """
     paths = _expand(sources)
+    folder = len(paths) > 1 or (isinstance(sources, (str, Path)) and Path(sources).is_dir())
+    try:
+        key: tuple[Any, ...] | None = (folder, metric, tuple(sorted((context or {}).items())),
+                                       tuple((str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
+        hash(key)
+    except TypeError:  # a context value that cannot be a key (a list): read it afresh
+        key = None
+    if key is not None and (table := _tables.get(key)) is not None:
+        for note in table.notes:
+            warnings.warn(note, TableWarning, stacklevel=2)
+        return table
+    table = _load_table(paths, folder, context, metric)
+    if key is not None:
+        # by hand: functools.lru_cache cannot re-raise the warnings of a cached read
+        with _tables_lock:
+            _tables[key] = table
+            while len(_tables) > TABLE_CACHE_SIZE:
+                _tables.pop(next(iter(_tables)))
+    return table
+
+
+def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | None, metric: str | None) -> Table:
     notes: list[str] = []
     frame, fmt, manifest = _read(paths, metric, notes)
     frame, config_columns, metrics = _split_columns(frame, fmt, manifest, paths, metric)
@@ -121,7 +151,6 @@ def load_table(
     for column, labels in (ATC18_LABELS.items() if fmt == "atc18" else ()):
         if column in frame:
             frame[column] = frame[column].map(lambda v, m=labels: m.get(v, v))
-    folder = len(paths) > 1 or (isinstance(sources, (str, Path)) and Path(sources).is_dir())
     name = paths[0].parent.name if folder else paths[0].stem
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:16]
 
@@ -263,7 +292,7 @@ def _read(paths: list[Path], metric: str | None, notes: list[str]) -> tuple[pd.D
     if metric in header:
         return frame, "wide", manifest
     raise DatasetError(
-        f"{paths[0]}: cannot tell the objective column: name it with --metric (columns: {', '.join(header)}), "
+        f"{paths[0]}: cannot tell the objective column: name it with `metric` (columns: {', '.join(header)}), "
         "end its name with '-' (minimise) or '+' (maximise) as MOOT tables do, or write the long format"
     )
 
@@ -299,6 +328,24 @@ def _read_rows(path: Path, notes: list[str]) -> tuple[list[str], list[list[str]]
     return header, rows, lines
 
 
+def has_header(path: Path) -> bool:
+    """Does the CSV file start with a header, as every table does? A file of numbers from its first line is
+    something else: a latency CDF, a trace. Reads the first line only (a catalogue lists many files)."""
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            first = next(csv.reader(f, skipinitialspace=True), [])
+    except OSError:
+        return False
+    names = [c.strip() for c in first if c.strip()]
+    if len(names) < 2:
+        return False
+    try:
+        [float(c) for c in names]
+    except ValueError:
+        return True
+    return False
+
+
 def _check_header(path: Path, header: list[str]) -> None:
     for i, name in enumerate(header):
         if not name:
@@ -321,7 +368,7 @@ def _split_columns(
         if len(metrics) > 1:
             if metric is None:
                 raise DatasetError(
-                    f"{paths[0]}: {len(metrics)} objectives ({', '.join(objectives)}): choose one with --metric "
+                    f"{paths[0]}: {len(metrics)} objectives ({', '.join(objectives)}): choose one with `metric` "
                     f"({' or '.join(metrics)}); the others are kept as metrics"
                 )
             if metric in metrics:  # the chosen one first: it is the table's default metric
@@ -442,7 +489,7 @@ def _pin_context(
     unknown = [c for c in context if c not in config_columns]
     if unknown:
         raise DatasetError(
-            f"--context {unknown[0]}: no such column in {paths[0].name}; columns: {', '.join(config_columns)}"
+            f"`context` {unknown[0]}: no such column in {paths[0].name}; columns: {', '.join(config_columns)}"
         )
     pinned: dict[str, Value] = {}
     for column in config_columns:
@@ -451,7 +498,7 @@ def _pin_context(
             wanted = _match(context[column], present)
             if wanted is None:
                 raise DatasetError(
-                    f"--context {column}={context[column]}: not in the table; values: {', '.join(map(str, present))}"
+                    f"`context` {column}={context[column]}: not in the table; values: {', '.join(map(str, present))}"
                 )
             frame = frame[frame[column] == wanted]
             pinned[column] = _plain(wanted)
@@ -459,7 +506,7 @@ def _pin_context(
             if len(present) > 1:
                 raise DatasetError(
                     f"column {column!r} describes the setup, not a knob (values: {', '.join(map(str, present))}); "
-                    f"choose one with --context {column}=<value>"
+                    f"choose one with `context` {column}=<value>"
                 )
             pinned[column] = _plain(present[0])
     return frame, pinned, [c for c in config_columns if c not in pinned]

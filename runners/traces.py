@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.text import decode
+from storetune.runners.text import decode
 
 FORMATS = ("flashnet", "msr", "msr-csv")
 

@@ -3,13 +3,13 @@
 The bottom layer of StoreTune: it imports nothing from tuner/, runners/ or api/.
 """
 
-from search_spaces.catalog import list_spaces, load_space, space_from_dict
-from search_spaces.conditions import Condition
-from search_spaces.config import Config, Value, config_hash, format_config, format_value
-from search_spaces.parameter import InvalidConfig, Kind, Parameter
-from search_spaces.space import Forbidden, SearchSpace
-from search_spaces.status import Direction, Status, better
-from search_spaces.table import TableSpace, infer_table_space
+from storetune.search_spaces.catalog import list_spaces, load_space, space_from_dict
+from storetune.search_spaces.conditions import Condition
+from storetune.search_spaces.config import Config, Value, config_hash, format_config, format_value
+from storetune.search_spaces.parameter import InvalidConfig, Kind, Parameter
+from storetune.search_spaces.space import Forbidden, SearchSpace
+from storetune.search_spaces.status import Direction, Status, better
+from storetune.search_spaces.table import TableSpace, infer_table_space
 
 __all__ = [
     "Condition",

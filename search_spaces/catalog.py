@@ -9,9 +9,9 @@ from typing import Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from search_spaces.conditions import Condition
-from search_spaces.parameter import Kind, Parameter
-from search_spaces.space import Forbidden, SearchSpace
+from storetune.search_spaces.conditions import Condition
+from storetune.search_spaces.parameter import Kind, Parameter
+from storetune.search_spaces.space import Forbidden, SearchSpace
 
 SPACES_DIR = Path(__file__).parent
 

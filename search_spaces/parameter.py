@@ -9,8 +9,8 @@ from enum import Enum
 
 import numpy as np
 
-from search_spaces.conditions import Condition
-from search_spaces.config import Value
+from storetune.search_spaces.conditions import Condition
+from storetune.search_spaces.config import Value
 
 # A neighbour move on an integer or real parameter changes its encoded value by this much.
 STEP_FRACTION = 0.05

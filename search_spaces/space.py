@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from search_spaces.conditions import Condition
-from search_spaces.config import Config, Value, config_hash
-from search_spaces.parameter import InvalidConfig, Kind, Parameter
+from storetune.search_spaces.conditions import Condition
+from storetune.search_spaces.config import Config, Value, config_hash
+from storetune.search_spaces.parameter import InvalidConfig, Kind, Parameter
 
 MAX_SAMPLE_ATTEMPTS = 10_000
 

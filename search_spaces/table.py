@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from search_spaces.config import Config, Value
-from search_spaces.parameter import InvalidConfig, Kind, Parameter
-from search_spaces.space import SearchSpace, _pinned_to
+from storetune.search_spaces.config import Config, Value
+from storetune.search_spaces.parameter import InvalidConfig, Kind, Parameter
+from storetune.search_spaces.space import SearchSpace, _pinned_to
 
 NONE_CHOSEN = "none"  # the value of a one-hot group where no column is set
 

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("STORETUNE_SHARED", ROOT.parent / "shared")) / "datasets"
 _SCRIPT = Path(sys.executable).parent / "storetune"  # the console script a user runs
-STORETUNE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "api.cli"]
+STORETUNE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "storetune.api.cli.main"]
 
 
 def shared(relative: str) -> Path:
@@ -150,8 +150,8 @@ def reap_killed_sessions(root: Path) -> list[str]:
     values). Each test keeps its runners' state in a folder of its own under pytest's temporary folder,
     so a later session's runners never reap it; a session killed with SIGKILL leaves its folder with a
     `.lock` naming its dead pid (a session that ended keeps no lock). Returns one line per action."""
-    from runners.device.shell import Shell
-    from runners.device.state import reap
+    from storetune.runners.device.shell import Shell
+    from storetune.runners.device.state import reap
 
     said: list[str] = []
     for lock in sorted(root.glob("pytest-*/.lock")):

@@ -9,25 +9,16 @@ import numpy as np
 import pytest
 
 from conftest import run_cli, shared
-from runners.admission.analytics import (
-    Candidate,
-    bias_shift,
-    choose,
-    expected_latency,
-    expected_latency_recurrence,
-    threshold_equation,
+from storetune.runners.admission.analytics import (
+    Candidate, bias_shift, choose, expected_latency, expected_latency_recurrence, threshold_equation,
 )
-from runners.admission.features import AdmissionDataError, IOs, Split, features, prepare
-from runners.admission.labels import (
-    noise_filter,
-    outliers_in_fast_periods,
-    outliers_in_slow_periods,
-    period_labels,
-    short_bursts,
+from storetune.runners.admission.features import AdmissionDataError, IOs, Split, features, prepare
+from storetune.runners.admission.labels import (
+    noise_filter, outliers_in_fast_periods, outliers_in_slow_periods, period_labels, short_bursts,
 )
-from runners.admission.simulator import fan_out, jumps, reference_simulate, simulate, time_windows
-from runners.traces import Trace
-from tuner.history import History
+from storetune.runners.admission.simulator import fan_out, jumps, reference_simulate, simulate, time_windows
+from storetune.runners.traces import Trace
+from storetune.tuner.history.store import History
 
 TRACE = "flashnet_tencent/tencent.cut.per_50k.rw_60_40.490.trace.csv"
 
@@ -45,7 +36,7 @@ def test_closed_form_equals_the_recurrence():
 
 def test_amse_with_no_bias_is_mse_and_bias_weighs_underestimates():
     torch = pytest.importorskip("torch")
-    from runners.admission.nets import amse
+    from storetune.runners.admission.nets import amse
 
     predicted, target = torch.tensor([1.0, 2.0, 5.0]), torch.tensor([2.0, 2.0, 3.0])
     assert float(amse(predicted, target, 0.0)) == pytest.approx(float(torch.nn.functional.mse_loss(predicted, target)))
@@ -183,7 +174,7 @@ def test_admission_train_reports_accuracy():
 
 @pytest.mark.slow
 def test_training_is_reproducible_with_a_seed():
-    from runners.admission.pipeline import AdmissionConfig, Pipeline
+    from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline
 
     cfg = AdmissionConfig(model_kind="regressor", loss_bias=0.3)
     first = Pipeline(shared(TRACE), seed=7, epochs=2)
@@ -195,7 +186,7 @@ def test_training_is_reproducible_with_a_seed():
 @pytest.mark.slow
 def test_the_decision_threshold_trades_misses_for_false_alarms_without_retraining():
     """At 0.5 the classifier flagged almost nothing (slow reads are a fifth of the test part)."""
-    from runners.admission.pipeline import AdmissionConfig, Pipeline
+    from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline
 
     pipeline = Pipeline(shared(TRACE), seed=0, epochs=2)
     flagged = []
@@ -208,7 +199,7 @@ def test_the_decision_threshold_trades_misses_for_false_alarms_without_retrainin
 
 @pytest.mark.slow
 def test_boosted_trees_are_a_classifier_of_the_admission_space(sqlite_url):
-    from runners import make_runner
+    from storetune.runners import make_runner
 
     runner = make_runner("admission", trace=str(shared(TRACE)), epochs=1)
     config = runner.space.validate({"model_kind": "boosted_trees", "decision_threshold": 0.25, "class_weight": 2.0,

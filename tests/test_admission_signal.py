@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli
-from runners.admission.features import NEVER_US, AdmissionDataError, digits, features, prepare
-from runners.traces import Trace
+from storetune.runners.admission.features import NEVER_US, AdmissionDataError, digits, features, prepare
+from storetune.runners.traces import Trace
 
 
 def write_trace(path: Path, latency_us: np.ndarray, offset: np.ndarray, gap_ms: float = 1.0,
@@ -67,7 +67,7 @@ def test_linnos_digits():
 
 
 def test_explain_finds_the_signal_the_trace_was_built_with(tmp_path, capsys):
-    from api.admission import show_explanation
+    from storetune.api.cli.admission import show_explanation
 
     trace = locality_trace(tmp_path / "locality.trace.csv")
     proc = run_cli("admission", "explain", "--trace", str(trace), "--model", "boosted_trees", "--json", check=True)
@@ -92,8 +92,8 @@ def test_explain_finds_the_signal_the_trace_was_built_with(tmp_path, capsys):
 
 def test_the_extended_features_earn_their_keep_on_a_planted_signal(tmp_path):
     """A tuned configuration with the extended features fails over the slow reads; HEIMDALL's cannot see them."""
-    from runners.admission.baselines import gain_share
-    from runners.admission.pipeline import AdmissionConfig, Pipeline
+    from storetune.runners.admission.baselines import gain_share
+    from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline
 
     pipeline = Pipeline(locality_trace(tmp_path / "locality.trace.csv"), seed=0)
     none = pipeline.simulate(np.zeros(len(pipeline.reads("test")), bool), "test", 3, 30.0, 0).summary()
@@ -150,8 +150,8 @@ def test_a_network_without_torch_says_which_extra_installs_it(tmp_path):
 
 
 def test_a_campaign_measures_the_admission_defaults_first_and_baselines_judge_its_best(tmp_path, sqlite_url):
-    from search_spaces import load_space
-    from tuner import History
+    from storetune.search_spaces import load_space
+    from storetune.tuner import History
 
     trace = locality_trace(tmp_path / "locality.trace.csv")
     tune = run_cli("tune", "--runner", "admission", "--trace", str(trace), "--algorithm", "random", "--budget", "3",
@@ -174,7 +174,7 @@ def test_a_campaign_measures_the_admission_defaults_first_and_baselines_judge_it
 
 
 def test_pays_labels_follow_the_deployment_and_never_look_at_the_test_part(tmp_path):
-    from runners.admission.pipeline import AdmissionConfig, Pipeline
+    from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline
 
     trace = locality_trace(tmp_path / "locality.trace.csv")
     pipeline = Pipeline(trace, seed=0)

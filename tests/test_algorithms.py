@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import shared
-from runners import Status, make_runner
-from tuner import Campaign, CampaignSpec, History, make_tuner
-from tuner.compare import Comparison, CompareSpec, Variant
-from tuner.executor import ProcessExecutor
+from storetune.runners import Status, make_runner
+from storetune.tuner import Campaign, CampaignSpec, History, make_tuner
+from storetune.tuner.search.compare import Comparison, CompareSpec, Variant
+from storetune.tuner.execution.local import ProcessExecutor
 
 MUST_BEAT_RANDOM = ["ga", "bo", "sa", "auto"]
 
@@ -82,7 +82,7 @@ def test_warm_start_from_the_same_space_and_workload(sqlite_url, algorithm):
 
 
 def test_ga_reports_diversity_per_generation():
-    from tuner import make_tuner
+    from storetune.tuner import make_tuner
 
     runner = make_runner("dataset", dataset=str(shared("moot_configs/BDBC.csv")))
     ga = make_tuner("ga", runner.space, seed=0, direction="min", params={"population_size": "10"})
@@ -96,7 +96,7 @@ def test_ga_reports_diversity_per_generation():
 def test_dqn_environment_is_a_valid_gymnasium_env():
     from gymnasium.utils.env_checker import check_env
 
-    from tuner.dqn import ConfigurationEnv
+    from storetune.tuner.algorithms.dqn import ConfigurationEnv
 
     runner = make_runner("dataset", dataset=str(shared("moot_configs/BDBC.csv")))
 
@@ -146,7 +146,7 @@ def test_auto_s_random_start_is_bo_s_too():
 
 
 def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one():
-    from search_spaces import load_space
+    from storetune.search_spaces import load_space
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
     means = runner.table.means("PERF")
@@ -161,8 +161,8 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
     assert admission.members[admission.lead].params.model_immigrants == 0
     asked = make_tuner("auto", load_space("admission"), seed=0, direction="min", params={"ga_model_immigrants": 2})
     assert asked.members[asked.names.index("ga")].params.model_immigrants == 2
-    from search_spaces.catalog import space_from_dict
-    from tuner.base import LIST_LIMIT
+    from storetune.search_spaces.catalog import space_from_dict
+    from storetune.tuner.algorithms.base import LIST_LIMIT
 
     options = [{"name": f"o{i}", "kind": "categorical", "values": [0, 1]} for i in range(17)]
     large = space_from_dict({"name": "large", "parameters": options})
@@ -188,7 +188,7 @@ def test_auto_leads_with_bo_on_a_finite_space_and_with_ga_on_a_real_valued_one()
 def replay(space, means, targets, *, seed, params, budget, algorithm="bo"):
     """An algorithm on a table's means until it measures a near-optimal configuration: (evaluations to it or
     None, the tuner)."""
-    from tuner.convergence import evaluations_to_hit
+    from storetune.tuner.analysis.convergence import evaluations_to_hit
 
     tuner = make_tuner(algorithm, space, seed=seed, direction="min", params=params)
     evaluated = []
@@ -205,7 +205,7 @@ def test_bo_refits_its_kernel_from_several_starts_and_escapes_a_wrong_basin():
     """BDBC seed 42 got BO stuck (bench/SEARCH.md, "Why BO got stuck"): refitted from the previous fit only, the
     kernel kept page size 1K (pS1K) inert, and EI exploited a basin ranked 129 of 2,560 for 150 evaluations.
     Restarted refits find the better likelihood optimum, in which pS1K matters."""
-    from tuner.convergence import near_optimal
+    from storetune.tuner.analysis.convergence import near_optimal
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/BDBC.csv"))})
     means = runner.table.means("PERF")
@@ -227,7 +227,7 @@ def test_bo_doubting_model_frees_a_stall_on_an_interacting_pair(tmp_path):
     import importlib.util
 
     from conftest import ROOT
-    from tuner.convergence import near_optimal
+    from storetune.tuner.analysis.convergence import near_optimal
 
     spec = importlib.util.spec_from_file_location("synthetic_tables", ROOT / "bench" / "synthetic_tables.py")
     synthetic = importlib.util.module_from_spec(spec)
@@ -257,8 +257,8 @@ def test_bo_revisiting_rarely_measured_values_frees_a_stall_on_7z():
     Which seeds stall depends on the numerical libraries' last digits: seed 4 did until a fresh install
     (2026-11-28: numpy 2.4.6, scikit-learn 1.9.1, scipy 1.17.1), where seed 15 does (on bZip2) and 4 does not.
     So the first of those that stalls is the case; if none does, the premise is gone and the test says so."""
-    from tuner.bayes import LARGE_SPACE_REVISIT_AFTER
-    from tuner.convergence import near_optimal
+    from storetune.tuner.algorithms.bayes import LARGE_SPACE_REVISIT_AFTER
+    from storetune.tuner.analysis.convergence import near_optimal
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/7z.csv"))})
     means = runner.table.means(runner.table.default_metric)
@@ -303,8 +303,8 @@ def test_auto_retires_bo_past_its_model_limit_and_ga_leads():
 
 
 def test_ga_restarts_around_its_elite_after_stalling(bdbc):
-    from runners import make_runner
-    from tuner import make_tuner
+    from storetune.runners import make_runner
+    from storetune.tuner import make_tuner
 
     runner = make_runner("dataset", dataset=str(bdbc))
     means = runner.table.means("PERF")
@@ -363,7 +363,7 @@ def test_ga_s_model_immigrants_free_it_from_sql_all_measurements_trap():
     the large cluster within about 50 evaluations and breeds there; nothing near it leads out. The model's
     picks read the small effect each of the small cluster's options has on its own, and carry them into the
     population (bench/SEARCH.md, "GA's trap, and the model immigrants that free it")."""
-    from tuner.convergence import near_optimal
+    from storetune.tuner.analysis.convergence import near_optimal
 
     runner = make_runner("dataset", {"dataset": str(shared("moot_configs/SQL_AllMeasurements.csv"))})
     means = runner.table.means(runner.table.default_metric)
@@ -379,7 +379,7 @@ def test_ga_s_model_immigrants_free_it_from_sql_all_measurements_trap():
 def test_ga_asked_for_more_than_the_space_has_left_returns_what_is_left(params):
     """A batch ask larger than the unmeasured rest of a space returns that rest. It used to loop forever:
     a generation whose only new members were already in the batch reset the count of barren generations."""
-    from search_spaces.catalog import space_from_dict
+    from storetune.search_spaces.catalog import space_from_dict
 
     space = space_from_dict({"name": "sixteen", "parameters": [
         {"name": f"o{i}", "kind": "categorical", "values": [0, 1]} for i in range(4)]})
@@ -410,10 +410,10 @@ def test_bo_revisits_on_a_device_space_too_large_to_list():
     """storage_v2 (400,320 configurations, with forbidden combinations) is beyond ``LIST_LIMIT``, so BO
     samples its candidates there and, by default, revisits once stalled: its asks stay valid, new and
     within the space's rules, and some of them are revisits."""
-    from search_spaces import load_space
+    from storetune.search_spaces import load_space
     from test_tuner_contract import toy_loss
-    from tuner.base import LIST_LIMIT
-    from tuner.bayes import LARGE_SPACE_REVISIT_AFTER
+    from storetune.tuner.algorithms.base import LIST_LIMIT
+    from storetune.tuner.algorithms.bayes import LARGE_SPACE_REVISIT_AFTER
 
     space = load_space("storage_v2")
     assert space.finite and space.cardinality() > LIST_LIMIT and space.forbidden
@@ -433,7 +433,7 @@ def test_bo_revisits_on_a_device_space_too_large_to_list():
 def test_bo_keeps_drawing_candidates_on_a_space_whose_rules_forbid_most_draws():
     """On a space too large to list, BO draws its candidates; a batch whose every row a forbidden rule
     rejected used to end the draw, so where 19 draws in 20 are forbidden BO often scored none at all."""
-    from search_spaces.catalog import space_from_dict
+    from storetune.search_spaces.catalog import space_from_dict
 
     space = space_from_dict({"name": "sparse", "parameters": [
         {"name": "a", "kind": "integer", "low": 0, "high": 19, "default": 0},

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.service import ServiceSettings
-from runners.tables import TableWarning
+from storetune.api.service.app import create_app
+from storetune.api.settings import Settings as ServiceSettings
+from storetune.runners import RUNNERS
+from storetune.runners.tables import TableWarning
 from conftest import ROOT, run_cli, shared
 
 
@@ -205,7 +206,7 @@ def test_a_comparison_is_cancelled_and_resumed_keeping_the_seeds_it_ran(history_
         stopped = wait_for(client, path, ("cancelled", "finished"))
         assert stopped["state"] == "cancelled", "the comparison finished before the cancel reached it"
         assert stopped["results"] is None and "resume it to run the others" in stopped["note"]
-        from tuner import History
+        from storetune.tuner import History
 
         history = History(history_url)
         before = {(c.algorithm, c.seed): c.id for c in history.comparison_campaigns(created.json()["id"])}
@@ -261,7 +262,7 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         assert stopped["results"]["stop_at_near_optimal"] is True
         random = stopped["results"]["algorithms"]["random"]
         assert random["instant_mean"] is None and max(random["evals_to_near_optimal"]) < 20
-        from tuner import History
+        from storetune.tuner import History
 
         history = History(history_url)
         seeds = [c for c in history.campaigns() if c.comparison_id == stopping.json()["id"]]
@@ -378,7 +379,7 @@ def test_a_token_guards_every_mutating_call_and_reads_stay_open(history_url, tmp
         assert client.get("/campaigns", params={"limit": "x"}).status_code == 422  # a read's bad query: no token asked
         # api.deps.guarded answers 401 before 422 by the method: right only while every call that is not a
         # read carries Auth, which answers a well-formed call without the token with 401 too
-        from api.deps import READS
+        from storetune.api.service.deps import READS
 
         calls = [(method.upper(), re.sub(r"\{[^}]+\}", "1", path))
                  for path, item in client.get("/openapi.json").json()["paths"].items()
@@ -403,7 +404,7 @@ def test_the_catalog_says_what_can_be_asked_for(history_url, tmp_path, bdbc):
         assert client.get("/spaces/nope").status_code == 404
 
         runners = {r["name"]: r["settings_schema"] for r in client.get("/runners").json()["items"]}
-        assert set(runners) == {"dataset", "command", "device", "admission"}
+        assert set(runners) == set(RUNNERS) >= {"dataset", "command", "device", "admission"}  # the registry's
         assert runners["device"]["properties"]["runtime_s"]["default"] == 10.0
         assert runners["dataset"]["required"] == ["dataset"]
 
@@ -432,7 +433,7 @@ def test_a_stop_that_lands_inside_a_library_still_interrupts_the_worker(tmp_path
     worker whose stop was requested reports the stop (130), so the campaign is queued for the next start."""
     import signal
 
-    import api.worker as worker
+    import storetune.api.service.worker as worker
 
     def run(history, *args):
         interrupt = args[-1]
@@ -452,13 +453,13 @@ def test_a_stop_that_lands_inside_a_library_still_interrupts_the_worker(tmp_path
 
 @pytest.mark.slow
 def test_a_clean_stop_interrupts_the_workers_and_the_next_start_resumes(tmp_path, bdbc, caplog, monkeypatch):
-    import api.scheduler
+    import storetune.api.service.scheduler as scheduler_module
 
     # a loaded CI host once took the worker past the service's 20 s grace (killed, -9): what is tested here is
     # that the stop is recorded, not how fast
-    monkeypatch.setattr(api.scheduler, "STOP_GRACE_S", 90.0)
+    monkeypatch.setattr(scheduler_module, "STOP_GRACE_S", 90.0)
     url = f"sqlite:///{tmp_path / 'h.sqlite'}"
-    caplog.set_level("INFO", logger="api.scheduler")
+    caplog.set_level("INFO", logger="storetune.api.service.scheduler")
     with client_for(url, tmp_path) as client:
         campaign = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500)).json()
         deadline = time.monotonic() + 60
@@ -482,8 +483,8 @@ def test_a_stop_that_a_finaliser_swallowed_is_raised_at_the_next_trial(tmp_path,
     import os
     import signal
 
-    from api.worker import Interrupt, run_campaign
-    from tuner import Campaign, CampaignSpec, History
+    from storetune.api.service.worker import Interrupt, run_campaign
+    from storetune.tuner import Campaign, CampaignSpec, History
 
     class Finalised:
         def __del__(self) -> None:
@@ -512,13 +513,13 @@ def test_a_stop_that_a_finaliser_swallowed_is_raised_at_the_next_trial(tmp_path,
 
 @pytest.mark.slow
 def test_campaigns_of_an_exclusive_runner_run_one_at_a_time(tmp_path, bdbc, monkeypatch):
-    import api.scheduler
-    from runners import runner_class
+    import storetune.api.service.scheduler as scheduler_module
+    from storetune.runners import runner_class
 
     class Exclusive:
         exclusive = True
 
-    monkeypatch.setattr(api.scheduler, "runner_class", lambda name: Exclusive if name == "dataset"
+    monkeypatch.setattr(scheduler_module, "runner_class", lambda name: Exclusive if name == "dataset"
                         else runner_class(name))
     with client_for(f"sqlite:///{tmp_path / 'h.sqlite'}", tmp_path, max_campaigns=2) as client:
         first = client.post("/campaigns", json=bdbc_campaign(bdbc, budget=2500)).json()
@@ -534,7 +535,7 @@ def test_campaigns_of_an_exclusive_runner_run_one_at_a_time(tmp_path, bdbc, monk
 def test_resuming_a_cli_campaign_the_server_would_not_run_names_the_campaign(sqlite_url, tmp_path):
     """A CLI campaign of the command runner, resumed over REST on a server that runs no commands: the 403
     pointed at ["body", "runner"], in a request that has no body."""
-    from tuner import History
+    from storetune.tuner import History
 
     created = run_cli("tune", "--runner", "command", "--space", "storage_v1", "--command", "echo '{\"x\": 1}'",
                       "--metric", "x", "--direction", "max", "--budget", "1", "--json", db=sqlite_url, check=True)

@@ -165,8 +165,8 @@ def workers(db: str, campaign_id: int) -> list[int]:
                 environ = f.read().split(b"\0")
         except OSError:
             continue
-        if b"api.worker" in argv and b"STORETUNE_DATABASE_URL=" + db.encode() in environ \
-                and argv[argv.index(b"api.worker") + 1:][:2] == [b"campaign", str(campaign_id).encode()]:
+        if b"storetune.api.service.worker" in argv and b"STORETUNE_DATABASE_URL=" + db.encode() in environ \
+                and argv[argv.index(b"storetune.api.service.worker") + 1:][:2] == [b"campaign", str(campaign_id).encode()]:
             assert db.encode() not in argv  # the history's URL (and any password in it) stays out of argv
             found.append(int(entry))
     return found

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runners.device import blkparse, blktrace, tracefs
-from runners.device.blkparse import BLKPARSE_FORMAT, TraceUnavailable, parse_blkparse
-from runners.device.blktrace import traced_run
-from runners.device.host import FTRACE_LOCK
-from runners.settings import DeviceSettings
+from storetune.runners.device import blkparse, blktrace, tracefs
+from storetune.runners.device.blkparse import BLKPARSE_FORMAT, TraceUnavailable, parse_blkparse
+from storetune.runners.device.blktrace import traced_run
+from storetune.runners.device.host import FTRACE_LOCK
+from storetune.runners.settings import DeviceSettings
 from test_device import _read, _read_bytes
 
 FIXTURE = Path(__file__).parent / "data" / "blktrace" / "varmail-ext4.txt"  # make_fixture.sh beside it
@@ -305,7 +305,7 @@ def test_a_traced_run_waits_for_another_storetunes_and_gives_up_in_one_line(loop
     import fcntl
     import threading
 
-    from runners.device.host import open_lock
+    from storetune.runners.device.host import open_lock
 
     before, mounts_before = ftrace_state(tracefs_root), tracefs_mounts()
     if before["current_tracer"] != "nop" or before["set_event"]:
@@ -377,8 +377,8 @@ def test_a_traced_run_killed_mid_trace_is_reaped_by_the_next_start(loop_dir, tmp
     import subprocess
     import sys
 
-    from runners.device.shell import Shell
-    from runners.device.state import reap_and_say
+    from storetune.runners.device.shell import Shell
+    from storetune.runners.device.state import reap_and_say
 
     before, mounts_before = read_ftrace(), tracefs_mounts()
     if before["current_tracer"] != "nop" or before["set_event"]:
@@ -411,7 +411,7 @@ def test_a_traced_run_killed_mid_trace_is_reaped_by_the_next_start(loop_dir, tmp
     # tracer and mount are in use) and keeps it for the next start
     import fcntl
 
-    from runners.device.host import open_lock
+    from storetune.runners.device.host import open_lock
 
     other = open_lock(FTRACE_LOCK, "ftrace lock")
     try:
@@ -440,8 +440,8 @@ def test_storetune_fingerprint_of_a_device_workload_is_recorded_under_its_campai
     import json
 
     from conftest import run_cli
-    from runners import make_runner
-    from tuner import History
+    from storetune.runners import make_runner
+    from storetune.tuner import History
 
     if ftrace_state(tracefs_root)["current_tracer"] != "nop":
         pytest.skip("ftrace is in use on this host")
@@ -469,9 +469,9 @@ def test_post_fingerprints_traces_a_device_workload_under_the_servers_policy(loo
     recorded under the campaigns' key; the client may not pick the directory or an unlisted disk."""
     from fastapi.testclient import TestClient
 
-    from api.app import create_app
-    from api.service import ServiceSettings
-    from runners import make_runner
+    from storetune.api.service.app import create_app
+    from storetune.api.settings import Settings as ServiceSettings
+    from storetune.runners import make_runner
 
     if ftrace_state(tracefs_root)["current_tracer"] != "nop":
         pytest.skip("ftrace is in use on this host")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import shared
-from runners import Status, make_runner
-from tuner import make_tuner
+from storetune.runners import Status, make_runner
+from storetune.tuner import make_tuner
 
 
 def test_bo_can_also_encode_small_ordinals_one_hot():

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from conftest import shared
-from runners import HostUnavailable, Measurement, make_runner
-from search_spaces import Config
-from tuner import Campaign, CampaignSpec, History
-from tuner.loop import trial_seed
+from storetune.runners import HostUnavailable, Measurement, make_runner
+from storetune.search_spaces import Config
+from storetune.tuner import Campaign, CampaignSpec, History
+from storetune.tuner.search.loop import trial_seed
 
 
 def spec(path: Path, **kw) -> CampaignSpec:
@@ -84,6 +84,9 @@ class FlakyRunner:
         self.name, self.space, self.workload = inner.name, inner.space, inner.workload
         self.metrics, self.settings, self.close = inner.metrics, inner.settings, inner.close
 
+    def __getattr__(self, name):  # the rest of the Runner protocol is the wrapped runner's
+        return getattr(self.inner, name)
+
     def run(self, config, workload, *, seed) -> Measurement:
         self.calls += 1
         if self.calls in self.fail_on:
@@ -146,7 +149,10 @@ class TwoSlots:
     (the first two submitted and not yet taken back), the rest queue, and each finishes in the order it
     was submitted; the host is busy for the chosen submissions."""
 
-    kind, workers, asynchronous = "local", 2, True
+    kind, workers, asynchronous, remote = "local", 2, True, False
+
+    def close(self):
+        pass
 
     def __init__(self, busy_on: set[int], broken_on: set[int] = frozenset()):
         self.busy_on, self.broken_on, self.submitted, self.dropped = busy_on, broken_on, 0, []
@@ -163,7 +169,7 @@ class TwoSlots:
     def stream(self, runner, workload, record=None):
         from collections import deque
 
-        from tuner.executor import measure
+        from storetune.tuner.execution.jobs import measure
 
         executor, jobs = self, deque()
 
@@ -230,8 +236,8 @@ def test_a_runner_s_host_trouble_is_not_its_configuration_s_failure(sqlite_url, 
     or a refused lock file stops the campaign, and the trial it was measuring is re-run on resume."""
     import errno
 
-    from runners import RunnerBase
-    from runners.device.host import HostBusy, HostLockRefused
+    from storetune.runners import RunnerBase
+    from storetune.runners.device.host import HostBusy, HostLockRefused
 
     inner = make_runner("dataset", dataset=str(bdbc))
 
@@ -344,7 +350,8 @@ def test_resuming_a_finished_campaign_runs_nothing_more(sqlite_url, bdbc):
 
 
 def test_a_batch_is_measured_in_parallel_worker_processes(sqlite_url, bdbc):
-    from tuner.executor import ProcessExecutor, repeat_seeds
+    from storetune.tuner.execution.local import ProcessExecutor
+    from storetune.tuner.execution.jobs import repeat_seeds
 
     history = History(sqlite_url)
     campaign = Campaign.create(history, spec(bdbc, budget=12, batch_size=4, repeats=2), executor=ProcessExecutor(2))
@@ -365,7 +372,7 @@ def test_a_parallel_campaign_keeps_its_trials_in_flight_unless_the_algorithm_nee
     """Evaluations of 0, 1 or 2 s (by seed) on two workers: random search is asked for the next
     configuration as each one finishes, so a trial starts while one started earlier still runs; a GA
     breeds from whole generations, so its batches never overlap."""
-    from tuner.executor import ProcessExecutor
+    from storetune.tuner.execution.local import ProcessExecutor
 
     bench = tmp_path / "bench.sh"
     bench.write_text("#!/bin/sh\nsleep $(( STORETUNE_SEED % 3 ))\necho '{\"ops\": 1}'\n")
@@ -387,7 +394,7 @@ def test_a_parallel_campaign_keeps_its_trials_in_flight_unless_the_algorithm_nee
 
 
 def test_a_device_runner_refuses_parallel_workers(sqlite_url):
-    from tuner.executor import ProcessExecutor
+    from storetune.tuner.execution.local import ProcessExecutor
 
     runner = make_runner("device", dry_run=True, echo=lambda line: None)
     spec = CampaignSpec(runner="device", runner_settings=runner.settings(), algorithm="random", budget=4)
@@ -399,8 +406,8 @@ def test_a_device_runner_refuses_parallel_workers(sqlite_url):
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_objective_fails_its_trial_and_never_becomes_the_best(value):
-    from runners import Status
-    from tuner.objective import Objective
+    from storetune.runners import Status
+    from storetune.tuner.objectives.objective import Objective
 
     objective = Objective("ops", "max")
     status, outcome, reason = objective.outcome([Measurement(Status.SUCCEEDED, {"ops": 10.0}),

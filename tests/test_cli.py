@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SHARED, STORETUNE, run_cli, shared
-from tuner import History
+from storetune.tuner import History
 
 SUMMARY_KEYS = {"campaign", "algorithm", "seed", "trials_by_status", "best_config", "best_value", "objective"}
 
@@ -105,19 +105,20 @@ def test_check_accepts_a_valid_configuration():
         (["tune", "--dataset", "/no/such.csv"], "no such dataset file or folder"),
         (["tune", "--runner", "fio"], "unknown runner 'fio'"),
         (["tune", "--resume", "77"], "no campaign 77"),
-        # a budget given with --resume was silently ignored
+        # a budget given with --resume was silently ignored; now a larger one extends the campaign
         (["tune", "--resume", "77", "--budget", "100", "--algorithm", "ga", "--dry-run"],
          "--resume 77 finishes campaign 77 as it was created and takes only --parallel, --executor, "
-         "--max-retries, --db and --json, not --dry-run, --algorithm, --budget"),
+         "--max-retries, --db, --json and --budget (a larger one extends it), not --dry-run, --algorithm"),
         (["trials", "12"], "the file does not exist"),  # a reader creates no history
         (["tune", "--dataset", "{bdbc}", "--algorithm", "ga", "--param", "mutation_rate=2"],
          "ga:mutation_rate='2': Input should be less than or equal to 1"),
         (["tune", "--dataset", "{bdbc}", "--algorithm", "bo", "--param", "acq=XX"], "bo:acq='XX': Input should be"),
         (["tune", "--dataset", "{bdbc}", "--parallel", "0"], "--parallel must be at least 1, not 0"),
         (["tune", "--dataset", "{bdbc}", "--workload", "varmail"], "--workload does not apply to the dataset runner"),
-        # it listed --train, --validation, --seed, --epochs and --format, which tune does not have (a newcomer trial)
+        # it listed options tune did not have (a newcomer trial); tune's options are now made from the settings
         (["tune", "--runner", "admission", "--trace", "t.csv", "--workload", "varmail"],
-         "--workload does not apply to the admission runner; it takes --trace, --space, --replica-cost-us"),
+         "--workload does not apply to the admission runner; it takes --trace, --space, --train, --validation, "
+         "--replica-cost-us, --epochs, --trace-format"),
         (["tune", "--runner", "device", "--runtime", "-1", "--dry-run"], "device runner: runtime_s: Input should be "
                                                                           "greater than 0"),
         (["tune", "--runner", "device", "--workload", "tpcc", "--dry-run"], "device runner: workload: Input should be"),
@@ -244,8 +245,8 @@ def test_the_command_listing_shows_each_summary_unbroken():
 def test_printed_commands_name_the_history_unless_it_is_the_default_or_holds_a_password(monkeypatch):
     """A history from $STORETUNE_DATABASE_URL is named with --db (the variable may have been set for one
     command), except a URL with a password: hidden it could not log in, shown it would be on screen."""
-    from api.common import db_flag
-    from api.settings import default_database_url
+    from storetune.api.cli.common import db_flag
+    from storetune.api.settings import default_database_url
 
     monkeypatch.delenv("STORETUNE_DATABASE_URL", raising=False)
     assert db_flag(None) == "" and db_flag(default_database_url()) == f" --db {default_database_url()}"
@@ -272,7 +273,7 @@ def test_the_services_banner_hides_the_historys_password(postgres_url):
 
     from sqlalchemy.engine import make_url
 
-    from tuner.schema import shown_url
+    from storetune.tuner.history.schema import shown_url
 
     url = make_url(postgres_url).set(password="s3cret-pw").render_as_string(hide_password=False)
     assert shown_url("postgresql://t@db/st?password=s3cret-pw") == "postgresql://t@db/st?password=***"

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from tuner import History
-from tuner.compare import Comparison, CompareSpec, Variant
-from tuner.executor import LocalExecutor, ProcessExecutor
+from storetune.tuner import History
+from storetune.tuner.search.compare import Comparison, CompareSpec, Variant
+from storetune.tuner.execution.local import LocalExecutor, ProcessExecutor
 
 
 @pytest.fixture
@@ -87,10 +87,10 @@ def test_the_exact_random_curve_counts_configurations_recorded_as_failures(sqlit
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(within=0.0, budget=50), r"--within must be in \(0, 1\]"),
-        (dict(within=1.5, budget=50), r"--within must be in \(0, 1\]"),
+        (dict(within=0.0, budget=50), r"`within` must be in \(0, 1\]"),
+        (dict(within=1.5, budget=50), r"`within` must be in \(0, 1\]"),
         (dict(budget=500), "more than the 128 configurations of bowl"),
-        (dict(seeds=0, budget=50), "--seeds must be at least 1"),
+        (dict(seeds=0, budget=50), "`seeds` must be at least 1"),
     ],
 )
 def test_bad_settings_write_nothing(sqlite_url, bowl, kw, message):
@@ -104,7 +104,7 @@ def test_bad_settings_write_nothing(sqlite_url, bowl, kw, message):
     with pytest.raises(ValueError, match="lists a variant twice"):
         Variant.parse_list("ga,ga")
     with history.session() as s:
-        from tuner.models import ComparisonRecord
+        from storetune.tuner.history.models import ComparisonRecord
 
         assert s.query(ComparisonRecord).count() == 0
 
@@ -137,8 +137,8 @@ def test_two_tables_compared_as_one_are_warned_about_once(sqlite_url, bowl, tmp_
 def test_seeds_stopped_at_their_first_near_optimal_give_the_same_counts(sqlite_url, bowl):
     """--stop-at-near-optimal: each campaign ends at its first hit, and every evaluation count and
     success rate is what the full budget gives; the figures that need the whole budget are None."""
-    from api.report import comparison_figures, comparison_tables
-    from tuner.report import comparison_data
+    from storetune.api.report.page import comparison_figures, comparison_tables
+    from storetune.tuner.analysis.report import comparison_data
 
     history = History(sqlite_url)
     variants = "random,sa,ga:population_size=8"  # the GA asks for whole generations
@@ -178,8 +178,8 @@ def test_seeds_stopped_at_their_first_near_optimal_give_the_same_counts(sqlite_u
 def test_each_algorithm_has_one_colour_and_place_in_every_figure(sqlite_url, bowl):
     """The seeds' campaigns come back in the order they finished: the best-so-far figure listed (and so
     coloured) its algorithms in that order and the others in the variants' (sa red in one, ga in another)."""
-    from api.report import comparison_figures
-    from tuner.report import comparison_data
+    from storetune.api.report.page import comparison_figures
+    from storetune.tuner.analysis.report import comparison_data
 
     history = History(sqlite_url)
     variants = "random,sa,ga:population_size=8"
@@ -221,7 +221,7 @@ def test_the_best_so_far_curve_is_the_tables_mean_of_each_seeds_reported_best(sq
     """On a table with noisy repeats, a seed's best measurement is partly a lucky draw: the median of those
     ran above the table's best mean (min: below) while the comparison's own 'best mean at budget' did not.
     The curve now follows the configuration each seed reports, at its table mean."""
-    from tuner.report import comparison_data
+    from storetune.tuner.analysis.report import comparison_data
 
     rng = np.random.default_rng(0)
     rows = ["a,b,PERF-"]
@@ -255,8 +255,8 @@ def test_the_comparison_tables_say_when_a_median_is_beyond_the_budget(sqlite_url
     named "the best found" where the reference is the table's best mean; a finished page said "live"."""
     import re
 
-    from api.report import comparison_figures, comparison_tables, page
-    from tuner.report import comparison_data
+    from storetune.api.report.page import comparison_figures, comparison_tables, page
+    from storetune.tuner.analysis.report import comparison_data
 
     history = History(sqlite_url)
     result = Comparison.create(history, spec(bowl, "random", seeds=6, budget=3)).run(LocalExecutor())

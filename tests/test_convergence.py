@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from search_spaces import Config
-from tuner.convergence import (EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve,
-                                success_curve, within_for_share)
+from storetune.search_spaces import Config
+from storetune.tuner.analysis.convergence import (
+    EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve, within_for_share,
+)
 
 
 def test_near_optimal_in_both_directions():
@@ -15,7 +16,7 @@ def test_near_optimal_in_both_directions():
     assert near_optimal(means, "max", 0.99) == {Config(a=0), Config(a=1)}
     means = {Config(a=i): v for i, v in enumerate([1.0, 1.01, 1.02, 2.0])}
     assert near_optimal(means, "min", 0.99) == {Config(a=0), Config(a=1)}  # <= 1 / 0.99 = 1.0101
-    with pytest.raises(ValueError, match=r"within must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"`within` must be in \(0, 1\]"):
         near_optimal(means, "min", 1.5)
 
 
@@ -75,10 +76,10 @@ def test_a_conditional_real_parameter_is_a_number_axis_with_n_a_apart_and_shown_
     arithmetic (0.45500000000000007) showed in every table."""
     from types import SimpleNamespace
 
-    from api.report import _parallel_lines, _parcoords
-    from search_spaces import format_config
-    from tuner.importance import common_values
-    from tuner.report import _parallel
+    from storetune.api.report.page import _parallel_lines, _parcoords
+    from storetune.search_spaces import format_config
+    from storetune.tuner.analysis.importance import common_values
+    from storetune.tuner.analysis.report import _parallel
 
     trials = [SimpleNamespace(config={"model_kind": "classifier", "decision_threshold": 0.1 + 0.35 + i / 100},
                               value=10.0 + i) for i in range(5)]
@@ -101,8 +102,8 @@ def test_number_axes_of_parallel_coordinates_label_sizes_shortly():
     """Byte sizes read 2.621e+05 and ran into the next axis's labels ("2.621e+053.277e+04single")."""
     from types import SimpleNamespace
 
-    from api.report import _parallel_lines, _ticks
-    from tuner.report import _parallel
+    from storetune.api.report.page import _parallel_lines, _ticks
+    from storetune.tuner.analysis.report import _parallel
 
     assert _ticks([262144.0000000001, 32768, 4096]) == ["256K", "32K", "4K"]  # as a log axis gives them back
     assert _ticks([1000, 1024]) == ["1000", "1024"]  # a suffix only where every number is a size

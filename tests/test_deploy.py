@@ -142,14 +142,15 @@ def test_the_service_measures_on_the_cluster_it_ships_with(config):
     assert env["STORETUNE_ALLOW_COMMANDS"] == "0"  # the command runner stays off unless the operator says so
     assert "ray-head" in api["depends_on"]
     assert api["build"]["network"] == "host"  # pip and apt reach their registries through the host
-    assert api["build"]["args"] == {"BASE_IMAGE": "python:3.11-slim-bookworm", "EXTRAS": "rl"}
+    assert api["build"]["args"] == {"BASE_IMAGE": "python:3.11-slim-bookworm", "EXTRAS": "all"}
 
 
 def test_the_base_images_are_variables_for_machines_without_a_registry(tmp_path):
-    config = resolved(tmp_path, STORETUNE_BASE_IMAGE="storetune-base:bookworm", STORETUNE_EXTRAS="",
+    config = resolved(tmp_path, STORETUNE_BASE_IMAGE="storetune-base:bookworm", STORETUNE_EXTRAS="service,ray",
                       POSTGRES_IMAGE="storetune-postgres:local")
     assert config["services"]["postgres"]["image"] == "storetune-postgres:local"
-    assert config["services"]["api"]["build"]["args"] == {"BASE_IMAGE": "storetune-base:bookworm", "EXTRAS": ""}
+    assert config["services"]["api"]["build"]["args"] == {"BASE_IMAGE": "storetune-base:bookworm",
+                                                          "EXTRAS": "service,ray"}
 
 
 def test_the_api_waits_for_a_healthy_postgres(config):
@@ -273,7 +274,7 @@ def test_the_image_installs_the_device_tools_and_the_project():
     assert "apt-get install" in runs
     apt_words = set(runs.split())
     assert {"fio", "e2fsprogs", "xfsprogs", "btrfs-progs", "util-linux"} <= apt_words, runs
-    assert 'pip install ".${EXTRAS:+[$EXTRAS]}"' in runs and arg_default("EXTRAS") == "rl", runs
+    assert 'pip install ".${EXTRAS:+[$EXTRAS]}"' in runs and arg_default("EXTRAS") == "all", runs
     assert any(kw == "COPY" for kw, _ in instructions())
 
 
@@ -354,7 +355,7 @@ def test_every_file_the_packages_read_is_installed_with_them(tmp_path):
     container failed with FileNotFoundError. A wheel built from the tracked files holds every one of them."""
     import zipfile
 
-    tracked = subprocess.run(["git", "ls-files", "api", "tuner", "runners", "search_spaces"], cwd=ROOT,
+    tracked = subprocess.run(["git", "ls-files", "api", "tuner", "runners", "search_spaces", "storetune"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout.split()
     assert "runners/device/replayer.c" in tracked
     source = tmp_path / "source"
@@ -368,7 +369,9 @@ def test_every_file_the_packages_read_is_installed_with_them(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(tmp_path / "wheel"), str(source)], check=True, capture_output=True, timeout=300)
     [wheel] = (tmp_path / "wheel").glob("*.whl")
-    installed = set(zipfile.ZipFile(wheel).namelist())
+    # installed under the one namespace: api/cli/main.py is storetune/api/cli/main.py
+    installed = {name.removeprefix("storetune/") for name in zipfile.ZipFile(wheel).namelist()}
+    tracked = [path.removeprefix("storetune/") for path in tracked]
     left = sorted(set(tracked) - installed)
     assert not left, f"not installed by pip (add them to [tool.setuptools.package-data]): {left}"
 
@@ -396,7 +399,7 @@ class Deployment:
         self.token = "e2e-" + os.urandom(8).hex()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("STORETUNE_", "COMPOSE_", "RAY_"))}
         self.env.update(COMPOSE_PROJECT_NAME=self.project, STORETUNE_TOKEN=self.token, STORETUNE_PORT=str(self.port),
-                        STORETUNE_BASE_IMAGE=BASE_IMAGE, STORETUNE_EXTRAS="", POSTGRES_IMAGE=POSTGRES_IMAGE,
+                        STORETUNE_BASE_IMAGE=BASE_IMAGE, STORETUNE_EXTRAS="service,ray", POSTGRES_IMAGE=POSTGRES_IMAGE,
                         STORETUNE_ALLOW_COMMANDS="1")
         self.timings: dict[str, float] = {}
 
@@ -543,3 +546,17 @@ def _without_dockerd(tmp_path: Path) -> str:
             if program.name not in ("dockerd", "docker") and not (tools / program.name).exists():
                 (tools / program.name).symlink_to(program)
     return str(tools)
+
+
+def test_every_package_folder_is_installed():
+    """pyproject.toml lists StoreTune's packages one by one (a folder maps to a name under storetune): a new
+    folder of code left off the list would be missing from every installed StoreTune."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {name: Path(folder) for name, folder in project["package-dir"].items()}
+    listed = set(project["packages"])
+    for top, folder in folders.items():
+        for init in sorted((ROOT / folder).rglob("__init__.py")):
+            package = ".".join([top, *init.parent.relative_to(ROOT / folder).parts])
+            assert package in listed, f"{init.parent.relative_to(ROOT)} is not installed: add {package} to packages"

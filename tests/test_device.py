@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from runners import Status, make_runner
-from runners.device.safety import UnsafeDevice, check_block_device
-from runners.device.target import DeviceError
+from storetune.runners import Status, make_runner
+from storetune.runners.device.safety import UnsafeDevice, check_block_device
+from storetune.runners.device.target import DeviceError
 
 pytestmark = [
     pytest.mark.device,
@@ -217,10 +217,10 @@ def test_a_runners_first_measurement_follows_a_discarded_warm_up(loop_dir):
 
 
 def test_the_dirty_limit_holds_during_the_run_and_the_hosts_comes_back(loop_dir, monkeypatch):
-    import runners.device.runner as device_runner
+    import storetune.runners.device.runner as device_runner
 
-    from runners.device.shell import Shell
-    from runners.device.host import HostSettings
+    from storetune.runners.device.shell import Shell
+    from storetune.runners.device.host import HostSettings
 
     vm = Path("/proc/sys/vm")
     names = ("dirty_bytes", "dirty_background_bytes", "dirty_ratio", "dirty_background_ratio")
@@ -298,7 +298,7 @@ def test_block_devices_must_be_allow_listed_unused_and_resolved_once(loop_dir, t
 
 
 def _root_disk() -> str:
-    from runners.device.safety import root_disks
+    from storetune.runners.device.safety import root_disks
 
     return f"/dev/{sorted(root_disks())[0]}"
 
@@ -388,9 +388,9 @@ def test_a_run_that_would_fill_the_file_system_is_refused_before_it_starts(loop_
 def test_a_job_version_past_1_joins_the_workload_fingerprint(loop_dir, monkeypatch):
     """fio's job files are at version 2, varmail's at 3: its campaigns' fingerprints say so. Filebench's
     never changed, so its workload is the one recorded before versions existed, and those campaigns resume."""
-    from runners.device.personalities import JOB_VERSIONS
+    from storetune.runners.device.personalities import JOB_VERSIONS
 
-    from runners.device.personalities import PERSONALITIES
+    from storetune.runners.device.personalities import PERSONALITIES
 
     fio, fb = runner(loop_dir, dry_run=True), runner(loop_dir, engine="filebench", dry_run=True)
     assert JOB_VERSIONS["fio"] == {"fileserver": 2, "varmail": 3, "webserver": 2, "oltp": 2}

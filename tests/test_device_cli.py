@@ -68,7 +68,7 @@ def test_tune_stopped_by_the_host_exits_75_and_its_resume_measures_the_same_conf
     names the lock and the command that finishes the campaign, no configuration blamed, the device torn
     down. With the lock file put right, that command measures the same configuration."""
     from conftest import run_cli
-    from tuner import History
+    from storetune.tuner import History
 
     lock = tmp_path / "host.lock"  # a private lock: only this test's runs
     lock.touch()
@@ -110,7 +110,7 @@ def test_tune_stopped_by_the_host_exits_75_and_its_resume_measures_the_same_conf
 )
 def test_device_bad_input_is_one_line(sqlite_url, tmp_path, args, env, message):
     from conftest import run_cli
-    from tuner import History
+    from storetune.tuner import History
 
     extra = {"STORETUNE_STATE_DIR": str(tmp_path / "state"), **env}
     old = {k: os.environ.get(k) for k in extra}

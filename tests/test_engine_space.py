@@ -22,14 +22,14 @@ pytestmark = [
 @pytest.mark.skipif(shutil.which("filebench") is None,
                     reason="filebench is not on PATH (no package registry has it: build it from source)")
 def test_a_full_file_system_under_filebench_fails_with_filebenchs_own_words(tmp_path):
-    from runners.device.engines import EngineOutputError, run_filebench
-    from runners.device.personalities import KIB, MIB, Personality
-    from runners.device.shell import Shell
+    from storetune.runners.device.engines import EngineOutputError, run_filebench
+    from storetune.runners.device.personalities import KIB, MIB, Personality
+    from storetune.runners.device.shell import Shell
 
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], check=True)
-    from runners.device.host import HostSettings
+    from storetune.runners.device.host import HostSettings
 
     host = HostSettings(Shell())  # ASLR is the host's: changed as a measurement changes it, under the lock
     try:
@@ -51,9 +51,9 @@ def test_a_full_file_system_under_filebench_fails_with_filebenchs_own_words(tmp_
 
 def test_fio_out_of_space_says_how_full_the_file_system_got(tmp_path):
     """fio's ENOSPC is the FAILED reason, with what the free-space watch saw during the run."""
-    from runners.device.engines import EngineOutputError, run_fio
-    from runners.device.personalities import KIB, MIB, Personality
-    from runners.device.shell import Shell
+    from storetune.runners.device.engines import EngineOutputError, run_fio
+    from storetune.runners.device.personalities import KIB, MIB, Personality
+    from storetune.runners.device.shell import Shell
 
     small = tmp_path / "small"
     small.mkdir()
@@ -73,7 +73,7 @@ def test_fio_out_of_space_says_how_full_the_file_system_got(tmp_path):
 def test_the_free_space_watch_sees_a_file_system_fill_and_empty_during_a_run(tmp_path):
     """xfs under Filebench's fileserver fills a 1 GiB device for a moment and has half of it free after the
     run: the watch must see the moment, not only the after."""
-    from runners.device.engines import FreeSpaceWatch
+    from storetune.runners.device.engines import FreeSpaceWatch
 
     small = tmp_path / "small"
     small.mkdir()

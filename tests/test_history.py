@@ -7,11 +7,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
 
-from runners import Measurement, Status
-from search_spaces import Config
-from tuner import History
-from tuner.schema import make_engine
-from tuner.models import Base
+from storetune.runners import Measurement, Status
+from storetune.search_spaces import Config
+from storetune.tuner import History
+from storetune.tuner.history.schema import make_engine
+from storetune.tuner.history.models import Base
 
 CAMPAIGN = dict(
     space_name="s", space_fingerprint="f", space={}, runner="dataset", runner_settings={}, workload_name="w",
@@ -87,7 +87,7 @@ def test_a_call_that_loses_its_connection_is_made_again_unless_its_commit_may_ha
     """What the history's retries promise (tuner/schema.py): a call cut off before its COMMIT is made again; one
     cut off during its COMMIT is made again only if it can check what the lost transaction left (it takes
     ``retry``, and is told it is a retry); any other raises rather than writing twice."""
-    from tuner.schema import commit_started, retried
+    from storetune.tuner.history.schema import commit_started, retried
 
     monkeypatch.setenv("STORETUNE_DB_RETRY_S", "5")
     calls: list[dict] = []

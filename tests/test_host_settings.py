@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from runners.device.shell import Shell
-from runners.device.host import HostBusy, HostSettings
+from storetune.runners.device.shell import Shell
+from storetune.runners.device.host import HostBusy, HostSettings
 
 
 @pytest.fixture
@@ -27,8 +27,8 @@ def holder(lock: Path, setting: Path, value: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", f"""
 import time
 from pathlib import Path
-from runners.device.shell import Shell
-from runners.device.host import HostSettings
+from storetune.runners.device.shell import Shell
+from storetune.runners.device.host import HostSettings
 host = HostSettings(Shell(), Path({str(lock)!r}), frozenset({{{str(setting)!r}}}))
 held = host.hold(exclusive=True, timeout_s=5)
 held.__enter__()

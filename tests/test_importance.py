@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import run_cli, shared
-from tuner import History
-from tuner.importance import NA, common_values, importance, required_trials
+from storetune.tuner import History
+from storetune.tuner.analysis.importance import NA, common_values, importance, required_trials
 
 
 def known_effects(n: int = 400, seed: int = 0) -> tuple[list[dict], list[float]]:
@@ -214,8 +214,8 @@ def test_report_bad_input_is_one_line_and_an_empty_campaign_still_renders(sqlite
 def test_a_long_campaign_s_values_are_binned_on_the_server_and_its_lines_are_svg():
     """Past INSTANT_POINTS evaluations the report draws bins (minimum, median, maximum), not a dot each;
     the parallel-coordinates lines are SVG scatter lines by band of rank, plotly's WebGL parcoords one click away."""
-    from api.report import _parallel_lines, campaign_figures
-    from tuner.report import INSTANT_POINTS, _instant, _parallel
+    from storetune.api.report.page import _parallel_lines, campaign_figures
+    from storetune.tuner.analysis.report import INSTANT_POINTS, _instant, _parallel
 
     n = 10 * INSTANT_POINTS + 7
     evaluations, elapsed = list(range(1, n + 1)), [float(i) for i in range(n)]

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from runners.tables import DatasetError, TableWarning, load_table
-from runners.traces import TraceError, read_trace
+from storetune.runners.tables import DatasetError, TableWarning, load_table
+from storetune.runners.traces import TraceError, read_trace
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ANY_LINE = r"\d+"

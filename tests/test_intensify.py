@@ -9,11 +9,11 @@ import json
 import pytest
 
 from conftest import run_cli, shared
-from runners import Status, make_runner
-from search_spaces import Config
+from storetune.runners import Status, make_runner
+from storetune.search_spaces import Config
 from test_campaign import FlakyRunner, spec
-from tuner import Campaign, History, best_trial, make_tuner
-from tuner.intensify import Standing, incumbent, next_remeasure
+from storetune.tuner import Campaign, History, best_trial, make_tuner
+from storetune.tuner.objectives.intensify import Standing, incumbent, next_remeasure
 
 POSTGRES = shared("moot_configs/PostgreSQL.csv")  # 22 repeats per configuration: the noisiest table
 
@@ -104,7 +104,7 @@ def test_the_reported_best_of_an_adaptive_campaign_is_never_a_lucky_first_run(sq
         assert reader().config == incumbent.config and reader().runs == 3
     assert best_trial(rows, "min").config == lucky.config  # the plain rule (fixed repeats) takes the best mean
     assert history.best_trial(copied, "min").config == lucky.config
-    from tuner import CampaignSummary
+    from storetune.tuner import CampaignSummary
 
     assert CampaignSummary.of(history.campaign(copied), rows, "").best_config == incumbent.config
 
@@ -133,9 +133,10 @@ def test_a_resume_settles_a_mean_its_driver_did_not_record_before_telling_the_al
 
 
 def test_a_resumed_campaign_measures_its_queued_trials_before_any_re_measurement():
-    from tuner.loop import MemoryStore, run_loop
-    from tuner.objective import Objective
-    from runners import Measurement, Status as S
+    from storetune.tuner.history.memory import MemoryStore
+    from storetune.tuner.search.loop import run_loop
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.runners import Measurement, Status as S
 
     runner = make_runner("dataset", dataset=str(POSTGRES))
     objective = Objective("Performance", "min")
@@ -179,7 +180,7 @@ def test_a_campaign_interrupted_during_a_re_measurement_resumes_its_races(sqlite
 
 
 def test_parallel_workers_re_measure_each_trial_once_at_a_time(sqlite_url):
-    from tuner.executor import ProcessExecutor
+    from storetune.tuner.execution.local import ProcessExecutor
 
     history = History(sqlite_url)
     campaign = Campaign.create(history, spec(POSTGRES, budget=30, seed=1, batch_size=2, max_repeats=3),
@@ -214,7 +215,7 @@ def test_the_cli_reports_the_measurements_behind_the_best(sqlite_url):
 
 
 def test_found_after_counts_the_re_measurements_before_the_best(sqlite_url):
-    from api.results import evaluations_to_find
+    from storetune.api.cli.results import evaluations_to_find
 
     history = History(sqlite_url)
     first: dict[int, int] = {}  # trial number -> the evaluation that measured it first
@@ -227,7 +228,7 @@ def test_found_after_counts_the_re_measurements_before_the_best(sqlite_url):
 
 
 def test_the_report_of_an_adaptive_campaign_counts_evaluations_and_follows_the_incumbent(sqlite_url):
-    from tuner.report import campaign_data
+    from storetune.tuner.analysis.report import campaign_data
 
     history = History(sqlite_url)
     summary = Campaign.create(history, spec(POSTGRES, budget=40, seed=4, max_repeats=3)).run()

@@ -97,7 +97,7 @@ def test_sigkill_a_dataset_replay_then_resume_measures_every_configuration_once(
     check_resumed(db, path, budget=2560, running_at_kill=at_kill.count("RUNNING"))
 
 
-@pytest.mark.parametrize("launcher", [STORETUNE, [sys.executable, "-m", "api.cli"]], ids=["script", "module"])
+@pytest.mark.parametrize("launcher", [STORETUNE, [sys.executable, "-m", "storetune.api.cli.main"]], ids=["script", "module"])
 def test_resume_refuses_while_the_driver_is_alive(tmp_path: Path, launcher: list[str]):
     """Whether the driver runs as `storetune` or as `python -m api.cli` (judged dead once: two drivers then
     ran the campaign past its budget)."""
@@ -188,7 +188,7 @@ def test_a_tune_cancelled_over_rest_says_how_to_finish_it(tmp_path: Path, as_jso
     does) ends with the command that finishes it, as Ctrl-C does, and exits 3, not 0: its budget is not
     spent (nor 1, a traceback's). The history comes from $STORETUNE_DATABASE_URL, set for this command only, so the printed
     command must name it (it used to leave --db out and point at the default history)."""
-    from tuner import History
+    from storetune.tuner import History
 
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"

@@ -20,11 +20,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from conftest import BACKENDS, ROOT, run_cli
-from tuner import History
-from tuner.models import Base
-from tuner.schema import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
+from storetune.tuner import History
+from storetune.tuner.history.models import Base
+from storetune.tuner.history.schema import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 
-HEAD = "0007"
+HEAD = "0008"
 OPENERS = 4
 ROUNDS = 12  # the WAL switch failed about one round in 40 before it was retried: 12 rounds of 4 catch it often
 
@@ -34,7 +34,7 @@ ROUNDS = 12  # the WAL switch failed about one round in 40 before it was retried
 OPENER = """
 import os, sys, time, traceback
 from pathlib import Path
-from tuner import History
+from storetune.tuner import History
 folder, urls = Path(sys.argv[1]), sys.argv[2:]
 failed = False
 for i, url in enumerate(urls):
@@ -176,7 +176,7 @@ def test_a_schema_newer_than_the_code_is_refused_by_readers_and_writers(history_
 
 
 def test_upgrading_to_adaptive_repeats_counts_the_runs_trials_already_have(history_url: str, bdbc: Path):
-    from tuner import Campaign, CampaignSpec
+    from storetune.tuner import Campaign, CampaignSpec
 
     history = History(history_url)
     spec = CampaignSpec(runner="dataset", runner_settings={"dataset": [str(bdbc)]}, budget=4, repeats=3)

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from conftest import run_cli, shared
 
-from runners import Measurement, Status, make_runner
-from search_spaces import Config
-from tuner import Campaign, CampaignSpec, History
-from tuner.campaign import InvalidSpec
-from tuner.objective import MultiObjective, trial_means
-from tuner.pareto import hypervolume, non_dominated, pareto_set
-from tuner.registry import make_tuner
+from storetune.runners import Measurement, Status, make_runner
+from storetune.search_spaces import Config
+from storetune.tuner import Campaign, CampaignSpec, History
+from storetune.tuner.search.campaign import InvalidSpec
+from storetune.tuner.objectives.objective import MultiObjective, trial_means
+from storetune.tuner.analysis.pareto import hypervolume, non_dominated, pareto_set
+from storetune.tuner.algorithms.registry import make_tuner
 
 
 def write_table(path: Path, rows: list[tuple]) -> Path:
@@ -100,7 +100,7 @@ def test_rank_breaks_ties_within_the_tolerance_with_the_next_metric(tmp_path):
 
 
 def test_the_report_shows_the_lexicographic_best_where_the_scalar_differs(tmp_path):
-    from tuner.report import campaign_data
+    from storetune.tuner.analysis.report import campaign_data
 
     # 99 ties with 100 within 5% and has the better latency; measured after 100 (the reference), it falls a
     # bin below it in the scalar, so the largest value is not the lexicographic best
@@ -149,8 +149,8 @@ def test_the_pareto_set_from_the_history_is_the_non_dominated_trials(tmp_path, g
     assert set(as_json["pareto"][0]) >= {"config", "values"} and as_json["hypervolume"] > 0
 
     # the report is of the set, not only of the equal-weight score its figures draw (which it names)
-    from api.report import campaign_figures, campaign_tables
-    from tuner.report import campaign_data
+    from storetune.api.report.page import campaign_figures, campaign_tables
+    from storetune.tuner.analysis.report import campaign_data
 
     data = campaign_data(history, summary.campaign)
     assert data["pareto"]["pareto"] == as_json["pareto"] and data["pareto"]["hypervolume"] == summary.hypervolume
@@ -160,7 +160,7 @@ def test_the_pareto_set_from_the_history_is_the_non_dominated_trials(tmp_path, g
     # the reference point reads the same on the page and in the terminal's summary
     from rich.console import Console
 
-    from api.render import summary_table
+    from storetune.api.cli.render import summary_table
 
     reference = f"Throughput = {-worst[0]:.6g}, Latency = {worst[1]:.6g}"
     console = Console(width=400, record=True)
@@ -244,10 +244,10 @@ def test_a_pareto_vector_is_the_losses_of_the_means():
     (dict(objective="best:Throughput,Latency"), "objective", "unknown form; write metric:weight,..."),
     (dict(objective="rank:Throughput,Latency;tol=2"), "objective", "tol must be above 0 and below 1"),
     (dict(objective="rank:Throughput,Throughput"), "objective", "metric 'Throughput' is named twice"),
-    (dict(objective="Throughput:1,Latency:1", metric="Latency"), "objective", "use it without --metric"),
+    (dict(objective="Throughput:1,Latency:1", metric="Latency"), "objective", "use it without `metric`"),
     (dict(objective="pareto:Throughput,Latency", algorithm="bo"), "algorithm",
      "bo searches for one value and cannot search a Pareto set: use nsga2 or random"),
-    (dict(objective="Throughput:1,Latency:1", warm_start="same"), "warm_start", "--warm-start same needs a single"),
+    (dict(objective="Throughput:1,Latency:1", warm_start="same"), "warm_start", "`warm_start` same needs a single"),
 ])
 def test_bad_objectives_are_one_line_naming_the_field(grid_table, extra, field, message):
     given = {"algorithm": "random", **extra}

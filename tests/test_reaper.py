@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runners import Status
-from runners.device.shell import Result, Shell
-from runners.device.state import Reaped, reap
+from storetune.runners import Status
+from storetune.runners.device.shell import Result, Shell
+from storetune.runners.device.state import Reaped, reap
 from test_device import NOTHING, _read, leftovers, loop_dir, pytestmark, state_files  # noqa: F401 - fixture, marks
 
 
@@ -196,8 +196,8 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
     import fcntl
     import threading
 
-    import runners.device.runner as device_runner
-    from runners.device.host import HostSettings
+    import storetune.runners.device.runner as device_runner
+    from storetune.runners.device.host import HostSettings
     from test_device import runner
 
     dirty = Path("/proc/sys/vm/dirty_bytes")
@@ -262,7 +262,7 @@ def test_a_dead_runners_host_wide_setting_is_reaped_from_the_lock_s_journal_neve
     """The reaper restores a dead runner's host-wide entry through the lock: while a live measurement holds
     the host's settings it waits for the next start; then the journal's original is put back, or, for an
     entry never journalled, the setup log's."""
-    from runners.device.host import HOST_LOCK, HostSettings
+    from storetune.runners.device.host import HOST_LOCK, HostSettings
 
     real = HostSettings(Shell(), Path(HOST_LOCK))  # the test writes a real setting (its own value): as a measurement
     monkeypatch.setenv("STORETUNE_HOST_LOCK", str(tmp_path / "host.lock"))  # a private lock: its journal is ours
@@ -295,11 +295,11 @@ def test_a_run_that_waits_too_long_for_the_host_stops_its_campaign_and_blames_no
     """A run that cannot get the host-settings lock in time (another measurement keeps it) is not the
     configuration's failure: the campaign stops, resumable, with nothing FAILED and the device torn down,
     and on resume the same configuration is measured."""
-    import runners.device.runner as device_runner
-    from runners import HostUnavailable
-    from runners.device.host import HostSettings
+    import storetune.runners.device.runner as device_runner
+    from storetune.runners import HostUnavailable
+    from storetune.runners.device.host import HostSettings
     from test_device import runner
-    from tuner import Campaign, CampaignSpec, History
+    from storetune.tuner import Campaign, CampaignSpec, History
 
     class Impatient(HostSettings):  # a one-second wait instead of the run's timeout plus 300 s
         def hold(self, *, exclusive, timeout_s):

@@ -12,7 +12,7 @@ from test_device import NOTHING, leftovers, loop_dir, pytestmark  # noqa: F401 -
 
 def test_replay_a_trace_on_a_loop_device(loop_dir, tmp_path):
     from conftest import run_cli, shared
-    from runners.traces import read_trace
+    from storetune.runners.traces import read_trace
 
     source = shared("heimdall_msr/msr.cut.per_10k.rw_20_80.105.trace.txt")
     head = tmp_path / "head.trace"
@@ -36,11 +36,11 @@ def test_replay_a_trace_on_a_loop_device(loop_dir, tmp_path):
 def test_the_replayer_keeps_the_trace_pace_and_the_queue_depth(loop_dir):
     import numpy as np
 
-    from runners.device.replay import replay
-    from runners.device.shell import Shell
-    from runners.device.state import SetupLog
-    from runners.device.target import close_loop, open_loop
-    from runners.traces import Trace
+    from storetune.runners.device.replay import replay
+    from storetune.runners.device.shell import Shell
+    from storetune.runners.device.state import SetupLog
+    from storetune.runners.device.target import close_loop, open_loop
+    from storetune.runners.traces import Trace
 
     shell, log = Shell(), SetupLog()
     target = open_loop(shell, log, loop_dir, 512 * 2**20)
@@ -65,7 +65,7 @@ def test_the_replayer_keeps_the_trace_pace_and_the_queue_depth(loop_dir):
 
 
 def test_the_replayer_without_a_compiler_says_what_to_install(tmp_path, monkeypatch):
-    from runners.device import replay
+    from storetune.runners.device import replay
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(replay.shutil, "which", lambda name: None)

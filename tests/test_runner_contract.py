@@ -1,19 +1,19 @@
-"""The contract every runner keeps, run against each of them, plus each runner's own failures."""
+"""The contract every runner keeps (storetune.runners.contract), run against each of them, plus each runner's own
+failures."""
 
 from __future__ import annotations
 
-import math
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import shared
-from runners import Runner, Status, make_runner
-from search_spaces import Config
+from storetune.runners import Runner, Status, make_runner
+from storetune.runners.contract import RunnerContract
+from storetune.search_spaces import Config
 
 # A stand-in for a user's benchmark script: a deterministic function of the configuration.
 BENCH = textwrap.dedent(
@@ -39,52 +39,19 @@ def bench_command(tmp_path: Path) -> str:
     return f"{sys.executable} {script}"
 
 
-FACTORIES: dict[str, Callable[[Path], Runner]] = {
-    "dataset-moot": lambda tmp: make_runner("dataset", dataset=str(shared("moot_configs/PostgreSQL.csv"))),
-    "dataset-atc18": lambda tmp: make_runner(
-        "dataset", dataset=str(shared("cao_atc18_subset")), context={"workload_id": 4, "disk_type": 0}
-    ),
-    "command": lambda tmp: make_runner("command", command=bench_command(tmp), space="storage_v1"),
-}
+class TestDatasetMoot(RunnerContract):
+    def make(self, tmp_path: Path) -> Runner:
+        return make_runner("dataset", dataset=str(shared("moot_configs/PostgreSQL.csv")))
 
 
-@pytest.fixture(params=list(FACTORIES))
-def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
-    return FACTORIES[request.param](tmp_path)
+class TestDatasetATC18(RunnerContract):
+    def make(self, tmp_path: Path) -> Runner:
+        return make_runner("dataset", dataset=str(shared("cao_atc18_subset")), context={"workload_id": 4, "disk_type": 0})
 
 
-def test_is_a_runner(runner: Runner):
-    assert isinstance(runner, Runner)
-    assert runner.name and runner.workload.fingerprint()
-
-
-def test_a_valid_configuration_is_measured(runner: Runner):
-    config = runner.space.sample(np.random.default_rng(0))
-    m = runner.run(config, runner.workload, seed=7)
-    assert m.status is Status.SUCCEEDED, m.reason
-    assert m.metrics and all(math.isfinite(v) for v in m.metrics.values())
-    assert set(runner.metrics()) <= set(m.metrics)
-    assert m.env.get("engine") and m.env.get("seed") == 7
-
-
-def test_the_same_seed_gives_the_same_measurement(runner: Runner):
-    config = runner.space.sample(np.random.default_rng(1))
-    first = runner.run(config, runner.workload, seed=11)
-    again = runner.run(config, runner.workload, seed=11)
-    assert first.metrics == again.metrics
-
-
-def test_a_configuration_outside_the_space_is_invalid_not_raised(runner: Runner):
-    config = runner.space.sample(np.random.default_rng(2)).replace(no_such_knob=1)
-    m = runner.run(config, runner.workload, seed=0)
-    assert m.status is Status.INVALID
-    assert "no_such_knob" in m.reason
-
-
-def test_settings_rebuild_the_same_runner(runner: Runner):
-    again = make_runner(runner.name, **runner.settings())
-    assert again.workload.fingerprint() == runner.workload.fingerprint()
-    assert again.space.fingerprint() == runner.space.fingerprint()
+class TestCommand(RunnerContract):
+    def make(self, tmp_path: Path) -> Runner:
+        return make_runner("command", command=bench_command(tmp_path), space="storage_v1")
 
 
 # --- the dataset runner ------------------------------------------------------------------------------
@@ -145,7 +112,7 @@ def test_command_without_json_is_failed(tmp_path):
 
 
 def test_command_that_does_not_exist_is_refused_before_a_trial_and_failed_if_it_vanishes(tmp_path):
-    with pytest.raises(ValueError, match="--command: /no/such/benchmark: no such file"):
+    with pytest.raises(ValueError, match="`command`: /no/such/benchmark: no such file"):
         make_runner("command", command="/no/such/benchmark --fast", space="storage_v1")
     script = tmp_path / "bench.sh"
     script.write_text("#!/bin/sh\necho '{\"ops\": 1}'\n")
@@ -178,7 +145,7 @@ def test_a_metric_is_a_json_number(tmp_path, printed, reason):
 
 def test_a_failed_system_command_reads_error_first():
     """A FAILED trial's reason showed the command, and its error was cut off in the trials table."""
-    from runners.device.shell import CommandFailed, Result
+    from storetune.runners.device.shell import CommandFailed, Result
 
     failed = CommandFailed(Result(("fio", "--output-format=json", "/var/tmp/storetune/run-1/fileserver.fio"), 1, "",
                                   "fio: pid=12, err=28/file:io_u.c:1845, func=io_u error, error=No space left on device",

@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 
 from conftest import run_cli, shared
-from runners import Measurement, RunnerBase, Status, make_runner
-from runners.settings import SETTINGS, DeviceSettings
-from search_spaces import format_config, load_space
-from search_spaces.status import better, loss, within_of_best
-from tuner import Campaign, CampaignSpec, History, make_tuner
+from storetune.runners import RUNNERS, Measurement, RunnerBase, Status, make_runner
+from storetune.runners.settings import SETTINGS, DeviceSettings
+from storetune.search_spaces import format_config, load_space
+from storetune.search_spaces.status import better, loss, within_of_best
+from storetune.tuner import Campaign, CampaignSpec, History, make_tuner
 
 
 def test_a_runner_is_built_from_its_settings_model_and_gives_them_back():
@@ -24,7 +24,7 @@ def test_a_runner_is_built_from_its_settings_model_and_gives_them_back():
         make_runner("dataset", {"dataset": table, "colour": "red"})
     with pytest.raises(ValueError, match=r"dataset runner: .*color.*not a setting"):
         make_runner("dataset", dataset=table, color="red")
-    assert set(SETTINGS) == {"dataset", "command", "device", "admission"}
+    assert set(SETTINGS) == set(RUNNERS) >= {"dataset", "command", "device", "admission"}  # one registry
 
 
 def test_the_device_settings_have_one_set_of_defaults():
@@ -120,7 +120,7 @@ def test_the_dry_run_goes_through_the_campaign_path(sqlite_url):
 def test_convergence_counts_finished_trials_and_keeps_the_best_in_both_directions():
     from datetime import datetime, timedelta, timezone
 
-    from tuner.analysis import convergence
+    from storetune.tuner.analysis.summary import convergence
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     rows = [(0, "SUCCEEDED", 5.0, t0, t0 + timedelta(seconds=1)),
@@ -155,7 +155,7 @@ def test_an_interrupted_benchmark_is_killed_and_reaped_even_if_popen_was_left_ha
     kill_group kills the benchmark's session and, if communicate() fails so, waits for it instead."""
     import subprocess
 
-    from runners.base import kill_group
+    from storetune.runners.base import kill_group
 
     proc = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
@@ -172,9 +172,46 @@ def test_an_interrupt_as_the_benchmark_ends_is_not_turned_into_a_failed_trial():
     replaced the KeyboardInterrupt, and a sweep under load went on to its end (exit 0)."""
     import subprocess
 
-    from runners.base import kill_group
+    from storetune.runners.base import kill_group
 
     proc = subprocess.Popen(["true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     proc.communicate()  # ended and reaped: its group is empty
     kill_group(proc)  # must not raise
     assert proc.returncode == 0
+
+
+def test_a_new_runner_is_its_module_its_settings_model_and_one_registry_entry(monkeypatch, tmp_path):
+    """A fifth runner, registered by its settings model alone: the command line offers its settings as options
+    and the server polices its fields as the model marks them, with no edit anywhere else."""
+    import typer
+    from typer.testing import CliRunner
+
+    from storetune.api.cli.common import runner_settings, with_runner_options
+    from storetune.api.service.policy import Refused, apply_policy
+    from storetune.api.settings import Settings
+    from storetune.runners.settings import SETTINGS, RunnerSettings, setting
+
+    class ProbeSettings(RunnerSettings):
+        """A runner of the test's."""
+
+        runner = "tests.probe:ProbeRunner"
+        probe_file: str = setting(policy="path", description="A file the probe reads.")
+        probe_depth: int = setting(3, flag="--depth", ge=1, description="How deep it probes.")
+
+    monkeypatch.setitem(SETTINGS, "probe", ProbeSettings)
+    seen = {}
+    app = typer.Typer()
+
+    @app.command()
+    @with_runner_options()
+    def tune(runner: str = "probe", runner_options: dict | None = None) -> None:
+        seen.update(runner_settings(runner, runner_options or {}).model_dump())
+
+    result = CliRunner().invoke(app, ["--probe-file", "/data/x.bin", "--depth", "5"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"probe_file": "/data/x.bin", "probe_depth": 5}
+    server = Settings(data_dirs=str(tmp_path))
+    with pytest.raises(Refused, match="outside the data directories"):
+        apply_policy(server, "probe", {"probe_file": "/elsewhere/x.bin"})
+    (tmp_path / "x.bin").write_bytes(b"")
+    assert apply_policy(server, "probe", {"probe_file": str(tmp_path / "x.bin")})["probe_file"] == str(tmp_path / "x.bin")

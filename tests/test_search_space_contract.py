@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import shared
-from runners.tables import load_table
-from search_spaces import Config, InvalidConfig, SearchSpace, TableSpace, config_hash, list_spaces, load_space
+from storetune.runners.tables import load_table
+from storetune.search_spaces import (
+    Config, InvalidConfig, SearchSpace, TableSpace, config_hash, list_spaces, load_space,
+)
 
 TABLES = {
     "BDBC": ("moot_configs/BDBC.csv", {}, None),

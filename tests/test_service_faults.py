@@ -80,8 +80,8 @@ def worker_of(service: Service, campaign: int, timeout: float = 30, other: int |
                 parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-            if parent == service.process.pid and b"api.worker" in argv \
-                    and argv[argv.index(b"api.worker") + 1:][:2] == [b"campaign", str(campaign).encode()] \
+            if parent == service.process.pid and b"storetune.api.service.worker" in argv \
+                    and argv[argv.index(b"storetune.api.service.worker") + 1:][:2] == [b"campaign", str(campaign).encode()] \
                     and int(entry.name) != other:
                 return int(entry.name)
         time.sleep(0.05)
@@ -108,7 +108,7 @@ def test_a_postgres_restart_mid_campaign_strands_nothing_and_records_every_trial
         assert Counter(t["status"] for t in trials) == {"SUCCEEDED": 80}  # none STALE: the worker never died
         assert len({t["config_hash"] for t in trials}) == 80
         assert "worker died" not in service.output() and "ERROR" not in service.output()
-        from tuner import History
+        from storetune.tuner import History
 
         history = History(server.url)
         assert all(t.runs == 1 and len(t.measurements) == 1 for t in history.trials(campaign, measurements=True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from search_spaces import InvalidConfig, load_space
+from storetune.search_spaces import InvalidConfig, load_space
 
 
 @pytest.fixture(scope="module")

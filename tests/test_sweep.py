@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from runners import make_runner
-from tuner import Campaign, CampaignSpec, History
-from runners.settings import DeviceSettings
-from tuner.sweep import SweepSpec, run_sweep
+from storetune.runners import make_runner
+from storetune.tuner import Campaign, CampaignSpec, History
+from storetune.runners.settings import DeviceSettings
+from storetune.tuner.search.sweep import SweepSpec, run_sweep
 
 pytestmark = [
     pytest.mark.device,
@@ -86,7 +86,7 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
     that code would."""
     from conftest import ROOT
 
-    import tuner.sweep
+    import storetune.tuner.search.sweep as sweep_module
 
     monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
     out = tmp_path / "loop-storage-v2"
@@ -99,10 +99,10 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
                                          "protocol 2 .* not mixed: measure into another --out"):
         run_sweep(History(f"sqlite:///{tmp_path / 'refused.sqlite'}"), spec)
 
-    monkeypatch.setattr(tuner.sweep, "PROTOCOL", 1)
+    monkeypatch.setattr(sweep_module, "PROTOCOL", 1)
     spec = SweepSpec(out=out, device=DeviceSettings(**settings, warmup_runs=0),
                      **{**sweep, "workloads": tuple(sweep["workloads"])})
-    from runners.device.personalities import JOB_VERSIONS
+    from storetune.runners.device.personalities import JOB_VERSIONS
 
     with pytest.raises(ValueError, match=f"measured fileserver with version 1 of its job file, this StoreTune's is "
                                          f"{JOB_VERSIONS['fio']['fileserver']};.* oltp .* not mixed: --remeasure "
@@ -120,7 +120,7 @@ def test_a_fresh_clone_extends_the_committed_dataset_from_its_measurements(tmp_p
 
 
 def test_a_changed_job_file_is_measured_again_when_asked_and_the_other_workloads_are_kept(tmp_path, monkeypatch):
-    from runners.device.personalities import JOB_VERSIONS
+    from storetune.runners.device.personalities import JOB_VERSIONS
 
     monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
     history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")

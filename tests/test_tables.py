@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import shared
-from runners import Status
-from runners.tables import DatasetError, load_table
-from search_spaces import Config, Kind
+from storetune.runners import Status
+from storetune.runners.tables import DatasetError, TableWarning, load_table
+from storetune.search_spaces import Config, Kind
 
 
 def write(path: Path, text: str) -> Path:
@@ -59,7 +59,7 @@ def test_optional_one_hot_group_gets_a_none_value():
 
 def test_atc18_subset_needs_its_setup_pinned():
     folder = shared("cao_atc18_subset")
-    with pytest.raises(DatasetError, match="'workload_id' describes the setup.*--context workload_id=<value>"):
+    with pytest.raises(DatasetError, match="'workload_id' describes the setup.*`context` workload_id=<value>"):
         load_table(folder)
     table = load_table(folder, {"workload_id": "4", "disk_type": "3"})
     assert table.context == {"workload_id": 4, "machine_id": 6, "disk_type": 3}
@@ -96,7 +96,7 @@ varmail,ext4,4096,0,SUCCEEDED,,300,2000
 
 def test_plain_table_needs_its_metric_named(tmp_path: Path):
     path = write(tmp_path / "t.csv", "a,b,PERF\n1,2,3.5\n2,2,4.5")
-    with pytest.raises(DatasetError, match="name it with --metric"):
+    with pytest.raises(DatasetError, match="name it with `metric`"):
         load_table(path)
     assert load_table(path, metric="PERF").metrics == {"PERF": None}
 
@@ -205,7 +205,7 @@ def test_files_that_measured_the_same_configurations_are_repeats_with_a_warning(
 
 def test_every_signed_column_of_a_moot_table_is_an_objective():
     path = shared("moot_configs/SS-A.csv")
-    with pytest.raises(DatasetError, match=r"2 objectives \(Throughput\+, Latency-\): choose one with --metric"):
+    with pytest.raises(DatasetError, match=r"2 objectives \(Throughput\+, Latency-\): choose one with `metric`"):
         load_table(path)
     table = load_table(path, metric="Latency")
     assert table.metrics == {"Latency": "min", "Throughput": "max"}
@@ -236,3 +236,17 @@ def test_the_workload_fingerprint_follows_the_content(tmp_path: Path):
     before = load_table(path).workload.fingerprint()
     write(path, "a,PERF-\n1,2\n2,4")
     assert load_table(path).workload.fingerprint() != before
+
+
+def test_a_table_is_read_once_per_process_until_its_file_changes(tmp_path):
+    """The service checks each request against its table: it reads it once, and again once the file changed;
+    the warnings of the read come again with every load."""
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,PERF+\n1,x,3\n2,y,4\n2,y,5\n2,x,6")  # a last line without its newline warns
+    with pytest.warns(TableWarning, match="no newline"):
+        first = load_table(path)
+    with pytest.warns(TableWarning, match="no newline"):
+        assert load_table(path) is first
+    path.write_text("a,b,PERF+\n1,x,3\n2,y,4\n2,y,5\n2,x,7\n")
+    again = load_table(path)
+    assert again is not first and sorted(again.means("PERF").values()) == [3.0, 4.5, 7.0]

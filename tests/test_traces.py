@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, shared
-from runners.device.engines import EngineOutputError, parse_filebench, parse_fio
-from runners.traces import TraceError, read_trace, write_flashnet
+from storetune.runners.device.engines import EngineOutputError, parse_filebench, parse_fio
+from storetune.runners.traces import TraceError, read_trace, write_flashnet
 
 FIO = ROOT / "tests" / "data" / "fio"
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import shared
-from runners import Status
-from runners.tables import load_table
-from search_spaces import InvalidConfig, config_hash, load_space
-from tuner import SEARCH_ALGORITHMS, make_tuner
+from storetune.runners import Status
+from storetune.runners.tables import load_table
+from storetune.search_spaces import InvalidConfig, config_hash, load_space
+from storetune.tuner import SEARCH_ALGORITHMS, make_tuner
 
 SPACES = {
     "storage_v1": lambda: load_space("storage_v1"),

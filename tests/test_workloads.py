@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.service import ServiceSettings
+from storetune.api.service.app import create_app
+from storetune.api.settings import Settings as ServiceSettings
 from conftest import run_cli, shared
-from runners.fingerprint import MIN_IOS, FingerprintError, changes, features
-from runners.traces import Trace, read_trace
-from search_spaces.status import within_of_best
-from tuner import Campaign, CampaignSpec, History
-from tuner.campaign import InvalidSpec
-from tuner.registry import SEARCH_ALGORITHMS
-from tuner.workloads import NoHistory, recommend
+from storetune.runners.fingerprint import MIN_IOS, FingerprintError, changes, features
+from storetune.runners.traces import Trace, read_trace
+from storetune.search_spaces.status import within_of_best
+from storetune.tuner import Campaign, CampaignSpec, History
+from storetune.tuner.search.campaign import InvalidSpec
+from storetune.tuner.algorithms.registry import SEARCH_ALGORITHMS
+from storetune.tuner.analysis.workloads import NoHistory, recommend
 
 
 def synthetic(n: int, *, read_ratio: float, size: int, sequential: bool, rate_per_s: float, seed: int = 0,
@@ -150,7 +150,7 @@ def test_recommend_ranks_known_workloads_by_distance_with_their_near_optimal_con
     assert found.transfer["checked"] == 2 and found.transfer["near_optimal"] == 0
     # a metric no campaign was tuned for said "has no fingerprinted workload ...: measure some first" (a newcomer trial)
     with pytest.raises(NoHistory, match=r"^no fingerprinted workload in the history at .* was tuned for lat_p99_us; "
-                                        r"2 were, for ops_per_s: give --metric ops_per_s, or leave --metric out$"):
+                                        r"2 were, for ops_per_s: give `metric` ops_per_s, or leave `metric` out$"):
         recommend(history, WORKLOADS["reader2"][0], metric="lat_p99_us")
 
 
@@ -172,7 +172,7 @@ def test_warm_start_similar_measures_the_nearest_workloads_best_first(tmp_path, 
     if algorithm == "random":  # the box `tune` prints says so too (it showed only "warm start: 0 earlier trials")
         from rich.console import Console
 
-        from api.render import summary_table
+        from storetune.api.cli.render import summary_table
 
         console = Console(record=True, width=300)
         console.print(summary_table(summary))
@@ -186,7 +186,7 @@ def test_warm_start_similar_without_this_workloads_fingerprint_says_how_to_get_o
     spec = CampaignSpec(runner="dataset", runner_settings={"dataset": [str(bdbc)]}, warm_start="similar")
     # a table's workload cannot be traced: it said "record it with storetune fingerprint", which cannot name it
     with pytest.raises(InvalidSpec, match="needs the fingerprint of workload BDBC, and this table ships none .* "
-                                          "use --warm-start same$"):
+                                          "use `warm_start` same$"):
         Campaign.create(history, spec)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import numpy as np
 import typer
 
-from api.common import DbOption, JsonOption, UserError, console, open_history
+from storetune.api.cli.common import DbOption, JsonOption, UserError, console, open_history
 
 app = typer.Typer(no_args_is_help=True, help="ML I/O admission on a block trace (FlashNet or replayed).")
 
@@ -23,9 +23,9 @@ FailoverOption = Annotated[float, typer.Option(help="Cost of one failover, in mi
 def _config(model: str, labeling: str, network: str, history_depth: int, threshold_percentile: float,
             class_weight: float, loss_bias: float, noise_filter: bool, decision_threshold: float = 0.5,
             features: str = "extended", replicas: int = 3, failover_cost_us: float = 30.0) -> Any:
-    from runners.admission.features import FEATURE_SETS
-    from runners.admission.model import KINDS
-    from runners.admission.pipeline import AdmissionConfig
+    from storetune.runners.admission.features import FEATURE_SETS
+    from storetune.runners.admission.spec import KINDS
+    from storetune.runners.admission.pipeline import AdmissionConfig
 
     if model not in KINDS:
         raise UserError(f"--model {model!r}: choose {', '.join(KINDS)}")
@@ -49,7 +49,7 @@ def _config(model: str, labeling: str, network: str, history_depth: int, thresho
 
 def _failover_pipeline(trace: Path, split: float, seed: int, replicas: int, failover_cost_us: float,
                        epochs: int = 10, validation: float = 0.2, fmt: str | None = None) -> Any:
-    from runners.admission.pipeline import Pipeline
+    from storetune.runners.admission.pipeline import Pipeline
 
     if replicas < 1:
         raise UserError(f"--replicas must be at least 1, not {replicas}")
@@ -62,9 +62,9 @@ def _campaign_best(campaign: int, db: str | None, trace: Path, split: float, see
                    failover_cost_us: float) -> tuple[Any, Any]:
     """The pipeline an admission campaign judged its trials on (its trace, split, seed, epochs), and its best
     configuration; refused unless the trace, --split, --seed, r and f are the campaign's own."""
-    from runners.admission.pipeline import AdmissionConfig
-    from runners.settings import AdmissionSettings
-    from tuner import best_trial
+    from storetune.runners.admission.pipeline import AdmissionConfig
+    from storetune.runners.settings import AdmissionSettings
+    from storetune.tuner import best_trial
 
     history = open_history(db, migrate=False)
     record = history.campaign(campaign)
@@ -144,7 +144,7 @@ def train(
     as_json: JsonOption = False,
 ) -> None:
     """Train a model and report its accuracy on the test part: ROC-AUC, PR-AUC, F1, FNR, FPR."""
-    from runners.admission.model import accuracy, inference_cost
+    from storetune.runners.admission.model import accuracy, inference_cost
 
     if joint < 1:
         raise UserError(f"--joint must be at least 1 (I/Os per decision), not {joint}")
@@ -178,8 +178,8 @@ def simulate(
     as_json: JsonOption = False,
 ) -> None:
     """Simulate failover on the test part with the regressor at a latency threshold."""
-    from runners.admission.pipeline import AdmissionConfig
-    from runners.admission.simulator import fan_out as tail_at_scale
+    from storetune.runners.admission.pipeline import AdmissionConfig
+    from storetune.runners.admission.simulator import fan_out as tail_at_scale
 
     if fan_out < 1:
         raise UserError(f"--fan-out must be at least 1 (sub-requests per user request; 1: none), not {fan_out}")
@@ -213,7 +213,7 @@ def baselines(
     as_json: JsonOption = False,
 ) -> None:
     """Every baseline's mean and p99 latency and failover rate on the test part."""
-    from runners.admission.baselines import baselines as run_baselines
+    from storetune.runners.admission.baselines import baselines as run_baselines
 
     if not 0 < threshold_percentile < 100:
         raise UserError(f"--threshold-percentile must be in (0, 100), not {threshold_percentile:g}")
@@ -255,8 +255,8 @@ def explain(
 ) -> None:
     """Where the signal is: a feature ablation, ROC-AUC and PR-AUC per model kind and feature set, calibration,
     history depth and joint inference, for pays, cutoff and period labels of the test (or validation) part."""
-    from runners.admission.explain import explain as run_explain
-    from runners.admission.model import KINDS
+    from storetune.runners.admission.explain import explain as run_explain
+    from storetune.runners.admission.spec import KINDS
 
     kinds = tuple(model or KINDS)
     for kind in kinds:

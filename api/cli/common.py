@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import signal
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -14,11 +17,11 @@ from rich.console import Console
 from typer.core import TyperOption
 from rich.markup import escape
 
-from api.settings import Settings, default_database_url
-from runners import RunnerSettings, make_runner, parse_settings, settings_model
-from runners.settings import DeviceSettings
-from search_spaces import Config, format_config
-from tuner import CampaignSpec, History
+from storetune.api.settings import Settings, default_database_url
+from storetune.runners import SETTINGS, RunnerSettings, make_runner, parse_settings, settings_model
+from storetune.runners.settings import field_extra, flag
+from storetune.search_spaces import Config, format_config
+from storetune.tuner import CampaignSpec, History
 
 # SIGTERM and SIGHUP (kill, timeout, systemd, a closed terminal) stop a command as Ctrl-C does. Left to Python's
 # defaults they ended it on the spot: fio kept running on a mounted loop device until the next start reaped it,
@@ -80,7 +83,7 @@ def db_flag(db: str | None) -> str:
     as the password itself and failed to log in."""
     import shlex
 
-    from tuner.schema import has_password, shown_url
+    from storetune.tuner.history.schema import has_password, shown_url
 
     url = database_url(db)
     if db is None and (url == default_database_url() or has_password(url)):
@@ -107,31 +110,104 @@ def pairs(items: list[str], option: str) -> dict[str, str]:
     return pairs
 
 
-def _device_help(field: str) -> str:
-    model = DeviceSettings.model_fields[field]
-    default = model.get_default(call_default_factory=True)
-    said = (model.description or "").rstrip(".")
+# --- the runners' options, generated from their settings models ---------------------------------------
+
+
+def _cli_type(annotation: Any) -> tuple[Any, Any]:
+    """A settings field's type on the command line, and its default there: lists and mappings are repeated
+    options (a mapping's items as name=value), the rest one optional value."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (list, tuple) or annotation in (list, tuple):
+        return list[str], []
+    if origin is dict or annotation is dict:
+        return list[str], []
+    plain = [a for a in args if a is not type(None)] if origin in (typing.Union, types.UnionType) else [annotation]
+    kinds = {bool: bool, int: int, float: float}
+    kind = kinds.get(plain[0], str) if len(plain) == 1 and typing.get_origin(plain[0]) is not typing.Literal else str
+    return Optional[kind], None
+
+
+def _help(runners: list[str], name: str) -> str:
+    """An option's help: the field's description, with the runners that take it (and its default, if one)."""
+    model = settings_model(runners[0])
+    field = model.model_fields[name]
+    said = (field.description or "").rstrip(".")
     if said[1:2].islower():  # "The Filebench personality" reads "the Filebench personality" after the colon
         said = said[0].lower() + said[1:]
-    return f"Device runner: {said} (default {default!r})."
+    who = " and ".join(r.capitalize() if i == 0 else r for i, r in enumerate(runners))
+    default = field.get_default(call_default_factory=True) if len(runners) == 1 else None
+    shown = f" (default {default!r})" if default not in (None, [], {}) and not field.is_required() else ""
+    return f"{who} runner{'s' if len(runners) > 1 else ''}: {said}{shown}."
 
 
-# The device runner's options, declared once from its settings model (their help and defaults are the
-# model's): `tune --runner device`, `sweep` and `replay` share them. None means "the model's default".
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", help=_device_help("device"))]
-AllowDeviceOpt = Annotated[list[str], typer.Option("--allow-device", help=_device_help("allow_device"))]
-WorkloadOpt = Annotated[Optional[str], typer.Option("--workload", help=_device_help("workload"))]
-EngineOpt = Annotated[Optional[str], typer.Option("--engine", help=_device_help("engine"))]
-RuntimeOpt = Annotated[Optional[float], typer.Option("--runtime", help=_device_help("runtime_s"))]
-LoopDirOpt = Annotated[Optional[str], typer.Option("--loop-dir", help=_device_help("loop_dir"))]
-LoopSizeOpt = Annotated[Optional[int], typer.Option("--loop-size-mib", help=_device_help("loop_size_mib"))]
-FilesetOpt = Annotated[Optional[int], typer.Option("--fileset-mib", help=_device_help("fileset_mib"))]
-WarmupOpt = Annotated[Optional[int], typer.Option("--warmup-runs", help=_device_help("warmup_runs"))]
-DirtyLimitOpt = Annotated[Optional[int], typer.Option("--dirty-limit-mib", help=_device_help("dirty_limit_mib"))]
-HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=_device_help("hardware"))]
+def runner_fields(runners: tuple[str, ...] | None = None) -> dict[str, list[str]]:
+    """Each runner setting the command line offers, with the runners that take it, in the registry's order."""
+    out: dict[str, list[str]] = {}
+    for runner, model in SETTINGS.items():
+        if runners is not None and runner not in runners:
+            continue
+        for name in model.model_fields:
+            if field_extra(model, name).get("cli", True):
+                out.setdefault(name, []).append(runner)
+    return out
 
-# Runner options of the command line whose flag is not the setting's name.
-FLAGS = {"timeout_s": "--timeout", "runtime_s": "--runtime"}
+
+def runner_option(name: str, runners: tuple[str, ...] | None = None) -> Any:
+    """The typer option of a runner setting (of ``runners``, default every runner that has it): its flag, type
+    and help, all from the settings models."""
+    takers = runner_fields(runners)[name]
+    model = settings_model(takers[0])
+    kind, _ = _cli_type(model.model_fields[name].annotation)
+    return Annotated[kind, typer.Option(flag(model, name), help=_help(takers, name))]
+
+
+def with_runner_options(*runners: str) -> Any:
+    """A command with one option per setting of ``runners`` (default every runner), generated from the settings
+    models, gathered into its ``runner_options`` argument ({setting: value} of the options given; a mapping's
+    name=value items parsed). Adding a runner, or a setting, adds its options here without an edit."""
+
+    def decorate(command: Any) -> Any:
+        fields = runner_fields(runners or None)
+        base = inspect.signature(command, eval_str=True)
+        params = [p for p in base.parameters.values() if p.name != "runner_options"]
+        taken = {p.name for p in params}
+        added = []
+        for name, takers in fields.items():
+            if name in taken:
+                continue
+            model = settings_model(takers[0])
+            _, default = _cli_type(model.model_fields[name].annotation)
+            added.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                           annotation=runner_option(name, runners or None)))
+        mappings = {n for n, takers in fields.items()
+                    if typing.get_origin(settings_model(takers[0]).model_fields[n].annotation) is dict}
+
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            options = {p.name: kwargs.pop(p.name) for p in added}
+            for name in mappings & options.keys():
+                options[name] = pairs(options[name], flag(settings_model(fields[name][0]), name))
+            return command(*args, runner_options=options, **kwargs)
+
+        run.__signature__ = base.replace(parameters=[*params, *added])  # type: ignore[attr-defined]
+        return run
+
+    return decorate
+
+
+# The device runner's options for the commands that measure on a device alone (sweep, replay, fingerprint).
+DeviceOpt = runner_option("device", ("device",))
+AllowDeviceOpt = runner_option("allow_device", ("device",))
+WorkloadOpt = runner_option("workload", ("device",))
+EngineOpt = runner_option("engine", ("device",))
+RuntimeOpt = runner_option("runtime_s", ("device",))
+LoopDirOpt = runner_option("loop_dir", ("device",))
+LoopSizeOpt = runner_option("loop_size_mib", ("device",))
+FilesetOpt = runner_option("fileset_mib", ("device",))
+WarmupOpt = runner_option("warmup_runs", ("device",))
+DirtyLimitOpt = runner_option("dirty_limit_mib", ("device",))
+HardwareOpt = runner_option("hardware", ("device",))
+
 # Options every runner takes that are not runner settings (the campaign's objective).
 CAMPAIGN_OPTIONS = ("metric",)
 
@@ -144,10 +220,10 @@ def runner_settings(runner: str, options: dict[str, Any]) -> RunnerSettings:
     given = {k: v for k, v in options.items() if v not in (None, [], (), {})}
     stray = [k for k in given if k not in model.model_fields and k not in CAMPAIGN_OPTIONS]
     if stray:
-        flag = FLAGS.get(stray[0], "--" + stray[0].replace("_", "-"))
-        # only the settings this command offers (tune sets no admission --epochs: the REST API does)
-        takes = ", ".join(FLAGS.get(k, "--" + k.replace("_", "-")) for k in model.model_fields if k in options)
-        raise UserError(f"{flag} does not apply to the {runner} runner; it takes {takes}")
+        other = settings_model(next(r for r, m in SETTINGS.items() if stray[0] in m.model_fields))
+        # only the settings this command offers (a setting kept off the command line is the REST API's)
+        takes = ", ".join(flag(model, k) for k in model.model_fields if k in options)
+        raise UserError(f"{flag(other, stray[0])} does not apply to the {runner} runner; it takes {takes}")
     return parse_settings(runner, {k: v for k, v in given.items() if k in model.model_fields})
 
 
@@ -171,7 +247,7 @@ MaxRetriesOpt = Annotated[int, typer.Option(
 
 def executor_for(kind: str | None, workers: int | None, max_retries: int) -> Any:
     """The executor of a command: ``--executor``, RAY_ADDRESS, ``--parallel`` and ``--max-retries``."""
-    from tuner.executor import make_executor
+    from storetune.tuner.execution import make_executor
 
     address = os.environ.get("RAY_ADDRESS") or None
     if kind == "local":
@@ -185,8 +261,8 @@ DRY_RUN_EVALUATIONS = 3
 def show_dry_run(spec: CampaignSpec, evaluations: int = DRY_RUN_EVALUATIONS) -> None:
     """Print the commands of the first evaluations the campaign would make, through the same checks
     and loop as the real campaign. Nothing is run or recorded."""
-    from runners import runner_class
-    from tuner.campaign import dry_run
+    from storetune.runners import runner_class
+    from storetune.tuner.search.campaign import dry_run
 
     cls = runner_class(spec.runner)
     if "dry_run" not in inspect.signature(cls).parameters:

@@ -9,28 +9,12 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from api.common import (
-    AllowDeviceOpt,
-    DbOption,
-    DeviceOpt,
-    DirtyLimitOpt,
-    EngineOpt,
-    FilesetOpt,
-    JsonOption,
-    LoopDirOpt,
-    LoopSizeOpt,
-    UserError,
-    WarmupOpt,
-    console,
-    err,
-    interrupted_status,
-    literal,
-    open_history,
-    runner_settings,
-    show_dry_run,
+from storetune.api.cli.common import (
+    AllowDeviceOpt, DbOption, DeviceOpt, DirtyLimitOpt, EngineOpt, FilesetOpt, JsonOption, LoopDirOpt, LoopSizeOpt,
+    UserError, WarmupOpt, console, err, interrupted_status, literal, open_history, runner_settings, show_dry_run,
 )
-from api.progress import CampaignProgress
-from tuner import Campaign
+from storetune.api.cli.progress import CampaignProgress
+from storetune.tuner import Campaign
 
 
 def replay(
@@ -52,9 +36,9 @@ def replay(
 ) -> None:
     """Replay a block trace on a device with O_DIRECT and record every I/O's latency; say where the
     workload's fingerprint shifts (seed 004's change detection)."""
-    from runners.device.replay import replay_on_device
-    from runners.fingerprint import check_detection
-    from runners.traces import read_trace, write_flashnet
+    from storetune.runners.device.replay import replay_on_device
+    from storetune.runners.fingerprint import check_detection
+    from storetune.runners.traces import read_trace, write_flashnet
 
     check_detection(window)  # before the replay, not after it
     if not out.parent.is_dir():
@@ -91,7 +75,7 @@ def replay(
 def _changes(trace: Any, window: int) -> dict[str, Any] | None:
     """Where the replayed workload's fingerprint shifts (``runners.fingerprint.changes``, on the replay's
     own arrival times and measured latencies); None for a replay shorter than two windows."""
-    from runners.fingerprint import changes
+    from storetune.runners.fingerprint import changes
 
     if len(trace) < 2 * window:
         return None
@@ -150,8 +134,8 @@ def sweep(
     db: DbOption = None,
 ) -> None:
     """Measure a grid of configurations for several workloads and write it as a dataset (resumable)."""
-    from runners.device.personalities import PERSONALITIES
-    from tuner.sweep import SweepSpec, plan, run_sweep, workloads_of
+    from storetune.runners.device.personalities import PERSONALITIES
+    from storetune.tuner.search.sweep import SweepSpec, plan, run_sweep, workloads_of
 
     settings = runner_settings("device", dict(space=space, device=device, allow_device=allow_device, engine=engine,
                                               runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,

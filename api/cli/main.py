@@ -13,44 +13,22 @@ import typer
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
-from api import admission, devices, offline, render, results, workloads
-from api.common import (
-    AllowDeviceOpt,
-    DbOption,
-    DeviceOpt,
-    DirtyLimitOpt,
-    HardwareOpt,
-    EngineOpt,
-    ExecutorOpt,
-    FilesetOpt,
-    LoopDirOpt,
-    LoopSizeOpt,
-    MaxRetriesOpt,
-    RuntimeOpt,
-    WarmupOpt,
-    WorkloadOpt,
-    JsonOption,
-    UserError,
-    console,
-    database_url,
-    db_flag,
-    err,
-    executor_for,
-    interrupted_status,
-    open_history,
-    pairs,
-    runner_settings,
-    show_dry_run,
-    stop_on_signals,
-    table_settings,
+from storetune.api.cli import admission, devices, offline, render, results, workloads
+from storetune.api.cli.common import (
+    DbOption, ExecutorOpt, MaxRetriesOpt, JsonOption, UserError, console, database_url, with_runner_options,
+    db_flag, err, executor_for, interrupted_status, open_history, pairs, runner_settings, show_dry_run,
+    stop_on_signals, table_settings,
 )
-from api.progress import CampaignProgress
-from runners import RUNNERS, HostUnavailable, make_runner
-from runners.tables import TableWarning
-from search_spaces import format_config, list_spaces, load_space
-from tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
-from tuner.campaign import WARM_STARTS
-from tuner.schema import SchemaError, check_url, make_engine, shown_url, upgrade_schema
+from storetune.api.cli.progress import CampaignProgress
+from storetune.api.fields import cli_terms
+from storetune.extras import MissingExtra
+from storetune.runners import RUNNERS, HostUnavailable, make_runner
+from storetune.runners.tables import TableWarning
+from storetune.tuner.objectives.objective import table_metric
+from storetune.search_spaces import format_config, list_spaces, load_space
+from storetune.tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
+from storetune.tuner.search.campaign import WARM_STARTS
+from storetune.tuner.history.schema import SchemaError, check_url, make_engine, shown_url, upgrade_schema
 
 app = typer.Typer(
     add_completion=False,
@@ -91,7 +69,7 @@ def main() -> None:
 
     def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if issubclass(category, TableWarning):  # ours are one line, as errors are
-            err.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+            err.print(f"[yellow]warning:[/] {escape(cli_terms(str(message)))}", highlight=False, soft_wrap=True)
         else:
             shown(message, category, *args, **kwargs)
 
@@ -100,10 +78,10 @@ def main() -> None:
     try:
         app()
     except HostUnavailable as e:  # the host, not a configuration (before OSError: a refused lock file is both)
-        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(cli_terms(str(e)))}", highlight=False, soft_wrap=True)
         sys.exit(75)  # EX_TEMPFAIL: try again later
-    except (UserError, SchemaError, ValueError, LookupError, OSError) as e:
-        message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
+    except (UserError, SchemaError, ValueError, LookupError, OSError, MissingExtra) as e:
+        message = cli_terms(e.args[0] if isinstance(e, LookupError) and e.args else str(e))
         err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)  # "[rl]" is no markup
         sys.exit(2)
     except SQLAlchemyError as e:  # an unreachable server, a file that is not a database: one line, not a traceback
@@ -117,37 +95,16 @@ def main() -> None:
 
 
 # what a resumed campaign keeps from its creation; the rest says how to run it now
-RESUME_OPTIONS = {"resume", "db", "as_json", "executor_kind", "max_retries", "parallel"}
+RESUME_OPTIONS = {"resume", "db", "as_json", "executor_kind", "max_retries", "parallel"}  # and --budget, to extend
 
 
 @app.command()
+@with_runner_options()  # one option per runner setting, from the settings models (runners/settings.py)
 def tune(
     ctx: typer.Context,
     runner: Annotated[str, typer.Option(help=f"How to measure: {', '.join(RUNNERS)}.")] = "dataset",
-    dataset: Annotated[list[Path], typer.Option(help="Table(s) to replay (dataset runner).")] = [],  # noqa: B006
-    context: Annotated[list[str], typer.Option(help="Pin a setup column, e.g. workload_id=4.")] = [],  # noqa: B006
-    space: Annotated[Optional[str], typer.Option(help="Search space (command runner; device and admission "
-                                                      "have defaults).")] = None,
-    command: Annotated[Optional[str], typer.Option(
-        help="Benchmark command (command runner), run as an argv without a shell: for pipes or ';' use "
-             "\"sh -c '...'\".")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="Seconds before a run counts as TIMEOUT.")] = None,
-    device: DeviceOpt = None,
-    allow_device: AllowDeviceOpt = [],  # noqa: B006
-    workload: WorkloadOpt = None,
-    engine: EngineOpt = None,
-    runtime: RuntimeOpt = None,
-    loop_dir: LoopDirOpt = None,
-    loop_size_mib: LoopSizeOpt = None,
-    fileset_mib: FilesetOpt = None,
-    warmup_runs: WarmupOpt = None,
-    dirty_limit_mib: DirtyLimitOpt = None,
-    hardware: HardwareOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands of the first evaluations; "
                                                              "run and record nothing.")] = False,
-    trace: Annotated[Optional[Path], typer.Option(help="Admission runner: a trace with per-I/O latency.")] = None,
-    replica_cost_us: Annotated[Optional[float], typer.Option(help="Admission runner: cost_us adds this per "
-                                                                  "replica (default 0).")] = None,
     fix: Annotated[list[str], typer.Option(help="Pin a parameter of the space, name=value.")] = [],  # noqa: B006
     algorithm: Annotated[Optional[str], typer.Option(help=f"Search algorithm: {', '.join(ALGORITHMS)} (default: "
                                                           f"{DEFAULT_ALGORITHM}; nsga2 for a pareto --objective).")] = None,
@@ -175,25 +132,24 @@ def tune(
                                                  "workloads (storetune recommend).")] = "none",
     db: DbOption = None,
     as_json: JsonOption = False,
+    runner_options: dict[str, Any] | None = None,
 ) -> None:
-    """Run a tuning campaign, or resume one."""
+    """Run a tuning campaign, or resume one (with --budget, a larger budget)."""
+    extend = False
     if resume is not None:  # a campaign resumes as it was created: an option that would change it is refused
         given = [p.opts[0] for p in ctx.command.params if p.name not in RESUME_OPTIONS
                  # by name: typer 0.29 bundles its own click, whose enum is not click.core's
                  and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]
+        extend = "--budget" in given  # a larger budget extends the campaign; a smaller one is refused
+        given = [g for g in given if g != "--budget"]
         if given:
             allowed = [p.opts[0] for p in ctx.command.params if p.name in RESUME_OPTIONS - {"resume"}]
             raise UserError(f"--resume {resume} finishes campaign {resume} as it was created and takes only "
-                            f"{', '.join(allowed[:-1])} and {allowed[-1]}, not {', '.join(given)}: for "
+                            f"{', '.join(allowed)} and --budget (a larger one extends it), not {', '.join(given)}: for "
                             f"another campaign, start a new one (--warm-start same learns from its trials)")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, not {parallel}")
-    options = dict(dataset=[str(p) for p in dataset], context=pairs(context, "--context"), space=space,
-                   command=command, timeout_s=timeout, device=device, allow_device=allow_device, workload=workload,
-                   engine=engine, runtime_s=runtime, loop_dir=loop_dir, loop_size_mib=loop_size_mib,
-                   fileset_mib=fileset_mib, warmup_runs=warmup_runs, dirty_limit_mib=dirty_limit_mib,
-                   hardware=hardware, trace=str(trace) if trace else None, replica_cost_us=replica_cost_us,
-                   metric=_table_metric(metric, objective) if runner == "dataset" else None)
+    options = {**(runner_options or {}), "metric": table_metric(metric, objective) if runner == "dataset" else None}
     spec = None
     if resume is None or dry_run:
         spec = CampaignSpec(
@@ -219,13 +175,16 @@ def tune(
     executor = executor_for(executor_kind, parallel, max_retries)
     try:
         if spec is None:
-            campaign = Campaign.resume(open_history(db, migrate=True), resume, executor)
+            history = open_history(db, migrate=True)
+            if extend:
+                _extend(history, resume, budget)
+            campaign = Campaign.resume(history, resume, executor)
             runner = campaign.runner
         else:  # the runner and the cluster are checked before the history is opened: a refusal leaves nothing
             runner, _ = Campaign.prepare(spec, executor=executor)
         note = executor.fit(runner)
         if note:
-            err.print(note)
+            err.print(cli_terms(note))
         if spec is not None:
             campaign = Campaign.create(open_history(db, migrate=True), spec, runner=runner, executor=executor)
         record = campaign.record
@@ -248,7 +207,7 @@ def tune(
                 _print_summary(campaign.summary(), True, executor.describe(), resume=again)
             sys.exit(75)
     finally:
-        getattr(executor, "close", lambda: None)()
+        executor.close()
     _print_summary(summary, as_json, executor.describe(), db, resume=again if summary.state == "cancelled" else None)
     if summary.state == "cancelled":  # over the REST API: its budget is not spent, a script must not go on
         sys.exit(EXIT_CANCELLED)
@@ -257,14 +216,16 @@ def tune(
 EXIT_CANCELLED = 3  # not 1, a traceback's: "cancelled, resume me" is not "crashed"
 
 
-def _table_metric(metric: str | None, objective: str | None) -> str | None:
-    """The table's objective column: --metric, or the first metric of --objective (a table with two
-    objectives loads with one of them named; the others are kept as metrics)."""
-    if metric is not None or objective is None:
-        return metric
-    from tuner.objective import objective_metrics
-
-    return next(iter(objective_metrics(objective)), None)
+def _extend(history: Any, campaign_id: int, budget: int) -> None:
+    """``--resume N --budget B``: campaign N's budget grows to B (its trials stay, and count); a budget below the
+    campaign's is refused, naming both."""
+    record = history.campaign(campaign_id)
+    if budget < record.budget:
+        raise UserError(f"--resume {campaign_id} --budget {budget}: campaign {campaign_id} has a budget of "
+                        f"{record.budget}, and a budget can grow, not shrink")
+    if budget > record.budget:
+        history.extend_campaign(campaign_id, budget, record.algorithm_params)
+        err.print(f"campaign {campaign_id}: budget {record.budget} -> {budget}")
 
 
 def _print_summary(summary: CampaignSummary, as_json: bool, executor: dict[str, Any] | None = None,
@@ -305,30 +266,30 @@ def serve(
     it with a node of the service's own that runs no task (a machine without a Ray node). STORETUNE_DB_RETRY_S
     (60) bounds how long a database call retries while the history's server restarts."""
 
-    import uvicorn
+    import logging
+    import os
 
-    from api.app import create_app
-    from api.service import ServiceSettings
+    from storetune.api.settings import Settings
+    from storetune.extras import need
 
-    overrides: dict[str, Any] = {}
-    if db:
-        overrides["database_url"] = db
-    if max_campaigns is not None:
-        overrides["max_campaigns"] = max_campaigns
-    if data_dir:
-        overrides["data_dirs"] = ":".join(data_dir)
-    settings = ServiceSettings(**overrides)
+    uvicorn = need("uvicorn", "service")
+    need("fastapi", "service")
+
+    # the command line's options reach the service as the settings it reads (one class: api/settings.py); the
+    # service is started by its entry point, never imported here (the CLI and the service are rooms apart)
+    given = {"STORETUNE_DATABASE_URL": db, "STORETUNE_MAX_CAMPAIGNS": None if max_campaigns is None else str(max_campaigns),
+             "STORETUNE_DATA_DIRS": ":".join(data_dir) if data_dir else None}
+    os.environ.update({k: v for k, v in given.items() if v})
+    settings = Settings()
     # migrated here, not first in the app's startup, so a history this StoreTune cannot use is one line
     open_history(settings.database_url, migrate=True).close()
-    import logging
-
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("api").setLevel(logging.INFO)  # the scheduler says when campaigns start, end, resume
+    logging.getLogger("storetune.api").setLevel(logging.INFO)  # the scheduler says when campaigns start, end, resume
     where = (f"measured on the Ray cluster at {settings.ray_address}" + (" (joined as a node)" if settings.ray_join else "")
              if settings.ray_address else "measured on this machine")
     err.print(f"StoreTune service on http://{host}:{port} (OpenAPI: /docs), history {shown_url(settings.database_url)}, "
               f"{settings.max_campaigns} campaigns at once, {where}, token {'required' if settings.token else 'not set'}")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+    uvicorn.run("storetune.api.service.app:create_app", factory=True, host=host, port=port, log_level=log_level)
 
 
 app.command()(results.trials)
@@ -345,8 +306,11 @@ def report(
 ) -> None:
     """One self-contained HTML report (plotly.js inside: it opens without a network): convergence,
     statuses, the near-optimal set, which parameters matter, every trial; or a comparison's curves."""
-    from api.report import page
-    from tuner.report import campaign_data, comparison_data
+    from storetune.extras import need
+
+    need("plotly", "report")
+    from storetune.api.report.page import page
+    from storetune.tuner.analysis.report import campaign_data, comparison_data
 
     if campaign is not None and comparison is not None:
         raise UserError(f"report one thing: campaign {campaign} or --comparison {comparison}, not both")
@@ -374,7 +338,7 @@ def importance(
 ) -> None:
     """Which parameters matter: OLS coefficients (the ATC'18 way), type-II ANOVA shares and a
     random-forest variance share, on the campaign's succeeded trials; most important first."""
-    from tuner.importance import of_campaign
+    from storetune.tuner.analysis.importance import of_campaign
 
     result = of_campaign(open_history(db, migrate=False), campaign, seed=seed)
     if as_json:

@@ -9,23 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from api import render
-from api.common import (
-    DbOption,
-    ExecutorOpt,
-    JsonOption,
-    MaxRetriesOpt,
-    UserError,
-    console,
-    err,
-    executor_for,
-    interrupted_status,
-    open_history,
-    table_settings,
+from storetune.api.cli import render
+from storetune.api.cli.common import (
+    DbOption, ExecutorOpt, JsonOption, MaxRetriesOpt, UserError, console, err, executor_for, interrupted_status,
+    open_history, table_settings,
 )
-from api.export import write_comparison
-from api.progress import ComparisonProgress
-from tuner import SEARCH_ALGORITHMS
+from storetune.api.cli.export import write_comparison
+from storetune.api.cli.progress import ComparisonProgress
+from storetune.tuner import SEARCH_ALGORITHMS
 
 
 def compare(
@@ -53,19 +44,20 @@ def compare(
     as_json: JsonOption = False,
 ) -> None:
     """Compare algorithms offline on an exhaustive table: success rate by evaluation, evaluations to near-optimal."""
-    from tuner.compare import CompareSpec, Comparison, Variant  # scipy: loaded only for this command
+    from storetune.tuner.search.compare import CompareSpec, Comparison, Variant  # scipy: loaded only for this command
     if workers < 0:
         raise UserError(f"--workers must be 1 or more (0: one per core), not {workers}")
-    history = open_history(db, migrate=True)
     spec = CompareSpec(
         runner_settings=table_settings(dataset, context, metric),
         variants=tuple(Variant.parse_list(algorithms)),
         seeds=seeds, budget=budget, within=within, repeats=repeats, metric=metric,
         direction=direction, first_seed=first_seed, stop_at_near_optimal=stop_at_near_optimal,
     )
+    prepared = Comparison.prepare(spec)  # a missing or malformed table is refused before the history is opened
     executor = executor_for(executor_kind, workers or None, max_retries)
     executor.start()  # join the cluster before the comparison is recorded: a refusal leaves nothing behind
-    comparison = Comparison.create(history, spec)
+    history = open_history(db, migrate=True)
+    comparison = Comparison.create(history, spec, prepared=prepared)
     title = f"comparison {comparison.id} on {comparison.runner.table.name}"
     try:
         with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:

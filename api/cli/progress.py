@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tuner import TrialResult
+from storetune.tuner import TrialResult
 
 
 class CampaignProgress:

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from search_spaces import SearchSpace, format_config
-from tuner import CampaignSummary, best_trial
-from tuner.analysis import pins
-from tuner.pareto import format_point
-from tuner.views import CampaignView, TrialView
+from storetune.search_spaces import SearchSpace, format_config
+from storetune.tuner import CampaignSummary, best_trial
+from storetune.tuner.analysis.summary import pins
+from storetune.tuner.analysis.pareto import format_point
+from storetune.tuner.history.views import CampaignView, TrialView
 
 
 def space_table(space: SearchSpace) -> Table:

@@ -11,11 +11,13 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from api import render
-from api.common import DbOption, JsonOption, UserError, console, open_history
-from api.schemas import public_trials
-from search_spaces import Config, format_config
-from tuner.analysis import TableGone, campaign_best, held_out, replayed_table, searched_means, table_digest, table_rank
+from storetune.api.cli import render
+from storetune.api.cli.common import DbOption, JsonOption, UserError, console, open_history
+from storetune.api.public import public_trials
+from storetune.search_spaces import Config, format_config
+from storetune.tuner.analysis.summary import (
+    TableGone, campaign_best, held_out, replayed_table, searched_means, table_digest, table_rank,
+)
 
 
 def trials(
@@ -116,8 +118,8 @@ def best(campaign: Annotated[int, typer.Argument(help="Campaign id.")], db: DbOp
 def _best_of_several(record: Any, rows: list[Any], top: Any, as_json: bool) -> None:
     """``best`` of a campaign with an objective over several metrics: the reported trial with each metric's
     mean, and for a Pareto objective the Pareto set from the history and its hypervolume."""
-    from tuner.objective import MultiObjective, trial_means
-    from tuner.pareto import format_point, pareto_set
+    from storetune.tuner.objectives.objective import MultiObjective, trial_means
+    from storetune.tuner.analysis.pareto import format_point, pareto_set
 
     objective = MultiObjective.from_spec(record.objective)
     result: dict[str, Any] = {

@@ -3,29 +3,24 @@ worked for the most similar workloads in the history."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from api.common import (
-    FLAGS, AllowDeviceOpt, DbOption, DeviceOpt, EngineOpt, FilesetOpt, JsonOption, LoopDirOpt, LoopSizeOpt, RuntimeOpt,
-    UserError, WorkloadOpt, console, err, open_history, runner_settings,
+from storetune.api.cli.common import (
+    AllowDeviceOpt, DbOption, DeviceOpt, EngineOpt, FilesetOpt, JsonOption, LoopDirOpt, LoopSizeOpt,
+    RuntimeOpt, UserError, WorkloadOpt, console, err, open_history, runner_settings,
 )
-from runners import Workload
-from runners.fingerprint import DISTANCE_FEATURES, changes, check_detection, trace_fingerprint
-from runners.traces import read_trace
+from storetune.runners import Workload
+from storetune.runners.settings import DeviceSettings, flag
+from storetune.tuner.analysis.workloads import device_fingerprint, trace_workload
+from storetune.runners.fingerprint import DISTANCE_FEATURES, changes, check_detection, trace_fingerprint
+from storetune.runners.traces import read_trace
 
 TraceOpt = Annotated[Optional[Path], typer.Option(help="A block trace: MSR, MSR CSV or FlashNet (detected).")]
 FormatOpt = Annotated[Optional[str], typer.Option("--format", help="msr, msr-csv or flashnet (default: detected).")]
-
-
-def trace_workload(path: Path) -> Workload:
-    """A trace's workload: its name and content, so one trace is one workload wherever it lies."""
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return Workload("trace", path.name.split(".trace")[0], {"sha256": sha})
 
 
 def _of_trace(trace: Path, fmt: str | None) -> tuple[Workload, dict[str, Any], Any]:
@@ -38,26 +33,6 @@ TracerOpt = Annotated[str, typer.Option(help="Device: blktrace, or tracefs (the 
                                              "the same events, where kernel lockdown refuses blktrace).")]
 FallbackOpt = Annotated[bool, typer.Option("--fallback", help="Device: if the tracer is missing or refused, use "
                                                               "fio's own per-I/O log (file offsets, not blocks).")]
-
-
-def device_fingerprint(settings: Any, seconds: float, tracer: str,
-                       fallback: bool) -> tuple[Workload, dict[str, Any], Any]:
-    """A short traced run of a device workload (``runners.device.blktrace``), keyed by the workload as a
-    campaign of these settings runs it (its runtime, fileset, engine), so that campaigns find it. The CLI's
-    and the service's; a refusal or a failed run is a ValueError of one line."""
-    from runners import make_runner
-    from runners.device.blktrace import traced_run
-    from runners.fingerprint import features
-
-    workload = make_runner("device", settings, dry_run=True, echo=lambda _line: None).workload
-    if seconds <= 0:
-        raise ValueError(f"the traced run's seconds must be above 0, not {seconds}")
-    try:
-        run = traced_run(settings, runtime_s=seconds, fallback=fallback, tracer=tracer)
-    except RuntimeError as e:  # the traced run failed (a full device, a refused mkfs): its reason, one line
-        raise ValueError(str(e)) from None
-    found = {"source": run.source, "ios": len(run.trace), "features": features(run.trace), "meta": dict(run.meta)}
-    return workload, found, run.trace
 
 
 def _of_device(options: dict[str, Any], seconds: float, tracer: str,
@@ -143,7 +118,7 @@ def _source(trace: Path | None, fmt: str | None, device_options: dict[str, Any],
     if trace is not None and given:
         first = next(iter(given))
         raise UserError(f"give --trace or a device workload (--workload, --device, ...), not both: "
-                        f"{FLAGS.get(first, '--' + first.replace('_', '-'))} with --trace")
+                        f"{flag(DeviceSettings, first)} with --trace")
     if trace is not None:
         return _of_trace(trace, fmt)
     if "workload" not in given:
@@ -173,8 +148,8 @@ def recommend(
     as_json: JsonOption = False,
 ) -> None:
     """The nearest known workloads, their near-optimal configurations, and how far they are."""
-    from search_spaces import load_space
-    from tuner.workloads import recommend as nearest
+    from storetune.search_spaces import load_space
+    from storetune.tuner.analysis.workloads import recommend as nearest
 
     target = load_space(space) if space else None
     history = open_history(db, migrate=False)  # an unusable history is said before a device is traced

@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from api.report_tables import campaign_tables, comparison_tables, fmt  # noqa: F401 (re-exported for page and tests)
+from storetune.api.report.tables import campaign_tables, comparison_tables, fmt  # noqa: F401 (re-exported for page and tests)
 
 REFRESH_MS = 3000
 IMPORTANCE_BARS = 15  # parameters drawn in the importance chart, the largest ANOVA shares first

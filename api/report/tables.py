@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from search_spaces import format_config, format_value
-from tuner.pareto import format_point
+from storetune.search_spaces import format_config, format_value
+from storetune.tuner.analysis.pareto import format_point
 
 
 def campaign_tables(data: dict[str, Any]) -> str:
@@ -16,7 +16,8 @@ def campaign_tables(data: dict[str, Any]) -> str:
     best = data["best"]
     score = f"{objective['score']} of {', '.join(objective['of'])}" if objective.get("score") else objective["metric"]
     rows = [("state", data["state"] + (f" ({data['note']})" if data["note"] else "")),
-            ("algorithm", data["algorithm"]), ("space / workload", f"{data['space']} / {data['workload']}"
+            ("algorithm", data["algorithm"] + (f" ({_params(data['params'])})" if data.get("params") else "")),
+            ("space / workload", f"{data['space']} / {data['workload']}"
                                                                   + _pinned(data.get("fixed"))),
             ("objective", f"{objective['direction']} {score}"),
             ("evaluated", f"{data['evaluated']} of {data['budget']}"),
@@ -103,6 +104,11 @@ def comparison_tables(data: dict[str, Any]) -> str:
                        f"<td>{fmt(a['success_at_budget'])}</td><td>{fmt(a['best_mean_at_budget'])}</td></tr>")
         out.append("</table>")
     return "\n".join(out)
+
+
+def _params(params: dict[str, Any]) -> str:
+    """Its hyperparameters as the campaign resolved them, each name=value."""
+    return ", ".join(f"{k}={format_value(v)}" for k, v in params.items())
 
 
 def _pinned(fixed: dict[str, Any] | None) -> str:

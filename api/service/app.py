@@ -18,13 +18,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 from fastapi.responses import JSONResponse, Response
 
-from api.cluster import ClusterMonitor
-from api.deps import Service, ServiceDep, guarded, token_refusal
-from api.routes import campaigns, catalog, cluster as cluster_routes, comparisons, workloads
-from api.scheduler import Scheduler
-from api.schemas import Health
-from api.service import Refused, ServiceSettings
-from tuner import History
+from storetune.api.service.cluster import ClusterMonitor
+from storetune.api.service.deps import Service, ServiceDep, guarded, token_refusal
+from storetune.api.service.routes import campaigns, catalog, cluster as cluster_routes, comparisons, workloads
+from storetune.api.service.scheduler import Scheduler
+from storetune.api.service.schemas import Health
+from storetune.api.service.policy import Refused
+from storetune.api.settings import Settings
+from storetune.tuner import History
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ def _plotly_js(load: Any) -> bytes:
     return _PLOTLY[0]
 
 
-def create_app(settings: ServiceSettings | None = None) -> FastAPI:
-    settings = settings or ServiceSettings()
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

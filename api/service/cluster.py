@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from api.worker import die_with_parent
+from storetune.api.service.worker import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class ClusterMonitor:
         """Run one watcher until it exits; returns whether it ever connected. While nothing answers at the
         address, no watcher is started (a Python process with Ray every few seconds would cost a core's
         tenth): the port is checked from here."""
-        from tuner.ray_executor import ExecutorError, reachable
+        from storetune.tuner.execution.ray import ExecutorError, reachable
 
         try:
             reachable(self.address, timeout=5.0)
@@ -148,11 +148,11 @@ class ClusterMonitor:
                 log.warning("the Ray cluster at %s is unreachable: %s", self.address, e)
             self._set(ClusterState(self.address, "unreachable", str(e), time.time()))
             return False
-        argv = [sys.executable, "-m", "tuner.ray_executor", "watch", self.address]
+        argv = [sys.executable, "-m", "storetune.tuner.execution.ray", "watch", self.address]
         connected, last = False, None
         try:
             self._watcher = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True, cwd=Path(__file__).resolve().parents[1],
+                                             text=True,
                                              preexec_fn=die_with_parent)  # a killed service leaves no watcher
         except OSError as e:
             self._set(ClusterState(self.address, "unreachable", f"cannot start the cluster watcher: {e}"))

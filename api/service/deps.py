@@ -10,15 +10,15 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Query, Request
 
-from api.cluster import ClusterMonitor
-from api.scheduler import Scheduler
-from api.service import ServiceSettings
-from tuner import History
+from storetune.api.service.cluster import ClusterMonitor
+from storetune.api.service.scheduler import Scheduler
+from storetune.api.settings import Settings
+from storetune.tuner import History
 
 
 @dataclass
 class Service:
-    settings: ServiceSettings
+    settings: Settings
     history: History
     scheduler: Scheduler
     cluster: ClusterMonitor | None = None  # the Ray cluster campaigns are measured on, if the service has one

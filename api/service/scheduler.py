@@ -35,10 +35,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from api.cluster import ClusterMonitor
-from runners import runner_class
-from tuner import History
-from tuner.campaign import driver_alive
+from storetune.api.service.cluster import ClusterMonitor
+from storetune.runners import runner_class
+from storetune.tuner import History
+from storetune.tuner.search.campaign import driver_alive
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,9 @@ class Worker:
     process: subprocess.Popen
     exclusive: bool = False  # holds this machine's disk
     on_ray: bool = False
+
+
+RELEASE_WAIT_S = 10.0  # how long resume or delete waits for a worker that is ending
 
 
 class Scheduler:
@@ -106,6 +109,17 @@ class Scheduler:
     def holds(self, kind: str, item: int) -> bool:
         with self._lock:
             return (kind, item) in self.workers
+
+    def released(self, kind: str, item: int, timeout: float = RELEASE_WAIT_S) -> bool:
+        """True once no worker holds it. A worker that was cancelled records its end a moment before its
+        process exits and is settled: wait that moment (up to `timeout`) rather than refuse the caller."""
+        deadline = time.monotonic() + timeout
+        while self.holds(kind, item):
+            if time.monotonic() >= deadline:
+                return False
+            self.wake()
+            time.sleep(0.05)
+        return True
 
     # --- the queue ------------------------------------------------------------------------------
     def adopt(self) -> None:
@@ -198,7 +212,7 @@ class Scheduler:
         return False
 
     def _spawn(self, kind: str, item: int, exclusive: bool = False, on_ray: bool = False) -> None:
-        argv = [sys.executable, "-m", "api.worker", kind, str(item), "--handed-by", str(self.pid),
+        argv = [sys.executable, "-m", "storetune.api.service.worker", kind, str(item), "--handed-by", str(self.pid),
                 "--comparison-workers", str(self.comparison_workers)]
         # the history's URL goes by the environment: a password in argv is readable by every local user
         env = {**os.environ, **self.worker_env, "PYTHONUNBUFFERED": "1", "STORETUNE_DATABASE_URL": self.url}

@@ -7,7 +7,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tuner.registry import DEFAULT_ALGORITHM, SEARCH_ALGORITHMS
+from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, SEARCH_ALGORITHMS
 
 T = TypeVar("T")
 
@@ -101,6 +101,9 @@ class CampaignPublic(BaseModel):
     device: str
     algorithm: str
     algorithm_params: dict[str, Any]
+    resolved_params: dict[str, Any] | None = Field(None, description=(
+        "Every hyperparameter as the algorithm resolved it when the campaign was created (the defaults of then "
+        "included): what a resume runs, whatever the defaults are by that time."))
     objective: Objective
     objective_spec: dict[str, Any] | None = Field(None, description=(
         "An objective over several metrics: its kind (weighted, rank, pareto), metrics, directions, weights or "
@@ -151,20 +154,6 @@ class TrialPublic(BaseModel):
 
 class TrialDetail(TrialPublic):
     measurements: list[MeasurementPublic]
-
-
-def public_trials(history: Any, trials: list[Any]) -> list[dict[str, Any]]:
-    """Trials as the API and `storetune trials --format json` show them: addressed by number, so ``retry_of``
-    is the number of the STALE trial each re-runs (the history points at it by its internal id)."""
-    numbers = history.numbers(t.retry_of for t in trials if t.retry_of is not None)
-    nodes = history.nodes(t.id for t in trials)
-    out = []
-    for t in trials:
-        fields = {k: getattr(t, k) for k in TrialPublic.model_fields if k != "nodes"}
-        fields["retry_of"] = None if t.retry_of is None else numbers.get(t.retry_of)
-        fields["nodes"] = nodes.get(t.id, [])
-        out.append(fields)
-    return out
 
 
 class NearOptimal(BaseModel):

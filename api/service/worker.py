@@ -57,7 +57,7 @@ class Interrupt:
 def executor_of(kind: str, workers: int | None):  # type: ignore[no-untyped-def]
     """The executor a campaign or comparison was recorded to run on: the service's Ray cluster (RAY_ADDRESS,
     which the scheduler sets for the worker), else this machine (worker processes for more than one)."""
-    from tuner.executor import make_executor
+    from storetune.tuner.execution import make_executor
 
     if kind == "ray":
         address = os.environ.get("RAY_ADDRESS")
@@ -70,7 +70,7 @@ def executor_of(kind: str, workers: int | None):  # type: ignore[no-untyped-def]
 
 def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: int | None,  # type: ignore[no-untyped-def]
                  interrupt: Interrupt) -> None:
-    from tuner import Campaign
+    from storetune.tuner import Campaign
 
     record = history.campaign(campaign_id)
     executor = executor_of((record.executor or {}).get("kind", "local"), record.batch_size)
@@ -79,7 +79,7 @@ def run_campaign(history, campaign_id: int, comparison_workers: int, handed_by: 
 
 def run_comparison(history, comparison_id: int, comparison_workers: int, handed_by: int | None,  # type: ignore[no-untyped-def]
                    interrupt: Interrupt) -> None:
-    from tuner.compare import Comparison
+    from storetune.tuner.search.compare import Comparison
 
     comparison = Comparison.load(history, comparison_id)
     kind = history.comparison(comparison_id).settings.get("executor", "local")
@@ -103,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     interrupt = Interrupt()
     interrupt.install()
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.kind} {args.id}: %(levelname)s %(message)s")
-    from runners import HostUnavailable
-    from tuner import History
-    from tuner.compare import ComparisonCancelled
-    from tuner.executor import ExecutorLost
+    from storetune.runners import HostUnavailable
+    from storetune.tuner import History
+    from storetune.tuner.search.compare import ComparisonCancelled
+    from storetune.tuner.execution.jobs import ExecutorLost
 
     history = History(args.db)
     run = run_campaign if args.kind == "campaign" else run_comparison
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.warning("stopped: %s", e)
         return 75  # EX_TEMPFAIL
     except Exception as e:  # the campaign cannot go on (a device vanished, a table changed): say why, in the history
-        from tuner.schema import lost_connection
+        from storetune.tuner.history.schema import lost_connection
 
         if lost_connection(e):  # the history itself did not answer in time: nothing can be recorded now
             logging.warning("the history's database did not answer: %s", e)

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from runners.admission.analytics import Candidate, bias_equation, bias_shift, choose, threshold_equation
-from runners.admission.pipeline import AdmissionConfig, Pipeline
-from runners.admission.simulator import jumps, perfect, simulate, time_windows
+from storetune.runners.admission.analytics import Candidate, bias_equation, bias_shift, choose, threshold_equation
+from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline
+from storetune.runners.admission.simulator import jumps, perfect, simulate, time_windows
 
 BIAS_GRID = tuple(round(0.1 * i, 1) for i in range(10))  # 0.0 .. 0.9, as in the thesis
 STRATEGIES = ("bias_hindsight", "global", "greedy", "greedy_skip")

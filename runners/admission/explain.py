@@ -21,8 +21,8 @@ import numpy as np
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import average_precision_score, brier_score_loss, roc_auc_score
 
-from runners.admission.features import FEATURE_SETS, GROUPS, AdmissionDataError
-from runners.admission.pipeline import AdmissionConfig, Pipeline
+from storetune.runners.admission.features import FEATURE_SETS, GROUPS, AdmissionDataError
+from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline
 
 ABLATED = ("heimdall", "pending", "locality", "recent")  # the groups "all" combines; linnos is an alternative encoding
 DEPTHS = (1, 3, 8)

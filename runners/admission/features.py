@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runners.traces import Trace
+from storetune.runners.traces import Trace
 
 MIN_READS = 200  # per part of a split: fewer cannot train or judge a model
 

@@ -1,5 +1,4 @@
-"""The admission models: what every model kind shares (its training spec, its EBUSY decisions, its
-accuracy and inference cost), gradient-boosted trees (scikit-learn's HistGradientBoostingClassifier),
+"""The admission models: what they share beyond ``spec`` (their accuracy and inference cost), gradient-boosted trees (scikit-learn's HistGradientBoostingClassifier),
 and the dispatch to the torch networks of ``nets`` (classifier and regressor), which need the ``rl``
 extra. A classifier fails a read over when its probability of slow exceeds the decision threshold.
 """
@@ -8,55 +7,13 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 
-from runners.admission.features import AdmissionDataError
-
-NETWORKS = ("heimdall", "linnos")
-KINDS = ("classifier", "regressor", "boosted_trees")
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    kind: str  # one of KINDS
-    network: str = "heimdall"
-    class_weight: float = 1.0  # the classifier's bias: the weight of the slow class, >= 1
-    loss_bias: float = 0.0  # the regressor's AMSE bias, in [0, 1)
-    epochs: int = 10
-    batch_size: int = 256
-    learning_rate: float = 1e-3
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown model kind {self.kind!r}; choose {', '.join(KINDS)}")
-        if self.class_weight < 1:
-            raise ValueError(f"the classifier's class weight must be at least 1, not {self.class_weight}")
-        if not 0 <= self.loss_bias < 1:
-            raise ValueError(f"the regressor's loss bias must be in [0, 1), not {self.loss_bias}")
-
-
-class Decider:
-    """What every trained model does with its scores: EBUSY decisions."""
-
-    spec: TrainSpec
-
-    def scores(self, X: np.ndarray) -> np.ndarray: ...
-
-    def busy(self, X: np.ndarray, threshold_us: float | None = None, joint: int = 1,
-             cutoff: float = 0.5) -> np.ndarray:
-        """EBUSY decisions: a classifier's probability of slow above ``cutoff``, a regressor's latency
-        above ``threshold_us``. With ``joint`` = P, one decision per P consecutive I/Os (HEIMDALL
-        4.2), taken on the first of them."""
-        if not 0 < cutoff < 1:
-            raise ValueError(f"a decision threshold must be in (0, 1), not {cutoff:g}")
-        scores = self.scores(X[::joint]) if joint > 1 else self.scores(X)
-        decided = scores > threshold_us if self.spec.kind == "regressor" else scores > cutoff
-        return np.repeat(decided, joint)[: len(X)] if joint > 1 else decided
+from storetune.runners.admission.features import AdmissionDataError
+from storetune.runners.admission.spec import Decider, TrainSpec
 
 
 class TreeModel(Decider):
@@ -93,7 +50,7 @@ def train(X: np.ndarray, target: np.ndarray, spec: TrainSpec) -> Decider:
 def networks() -> Any:
     """The torch networks, or one line saying which extra installs them."""
     try:
-        from runners.admission import nets
+        from storetune.runners.admission import nets
     except ImportError as e:
         if e.name != "torch":
             raise

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from runners.admission.model import NETWORKS, Decider, TrainSpec
+from storetune.runners.admission.spec import NETWORKS, Decider, TrainSpec
 
 
 def network(kind: str, n_features: int) -> nn.Sequential:

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from runners.admission.features import FEATURE_SETS, AdmissionDataError, MinMax, Split, features, prepare
-from runners.admission.labels import cutoff_labels, noise_filter, period_labels
-from runners.admission.simulator import Outcome, jumps, perfect, simulate
-from runners.traces import read_trace
+from storetune.runners.admission.features import FEATURE_SETS, AdmissionDataError, MinMax, Split, features, prepare
+from storetune.runners.admission.labels import cutoff_labels, noise_filter, period_labels
+from storetune.runners.admission.simulator import Outcome, jumps, perfect, simulate
+from storetune.runners.traces import read_trace
 
 PARTS = ("fit", "validation", "test")
 
@@ -153,7 +153,8 @@ class Pipeline:
 
     # --- models ----------------------------------------------------------------------------------------
     def model(self, cfg: AdmissionConfig) -> Any:
-        from runners.admission.model import TrainSpec, train  # torch: loaded only when a network is trained
+        from storetune.runners.admission.model import train  # torch: loaded only when a network is trained
+        from storetune.runners.admission.spec import TrainSpec
 
         key = (cfg.model_kind, cfg.network if cfg.model_kind != "boosted_trees" else None, cfg.history_depth,
                cfg.features, self.seed, self.epochs)

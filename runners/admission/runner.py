@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runners.admission.pipeline import AdmissionConfig, Pipeline
-from runners.base import Direction, Measurement, RunnerBase, Status, Workload
-from runners.settings import AdmissionSettings
-from search_spaces import Config, load_space
+from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline
+from storetune.runners.base import Direction, Measurement, RunnerBase, Status, Workload
+from storetune.runners.settings import AdmissionSettings
+from storetune.search_spaces import Config, load_space
 
 
 class AdmissionRunner(RunnerBase):
@@ -38,7 +38,7 @@ class AdmissionRunner(RunnerBase):
 
     def workload_fingerprint(self) -> dict[str, Any]:
         """The replayed trace's fingerprint (``runners.fingerprint``)."""
-        from runners.fingerprint import trace_fingerprint
+        from storetune.runners.fingerprint import trace_fingerprint
 
         return trace_fingerprint(self.pipeline.trace)
 

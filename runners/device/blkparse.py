@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from runners.device.target import DeviceError
-from runners.traces import Trace
+from storetune.runners.device.target import DeviceError
+from storetune.runners.traces import Trace
 
 # one line per event: action, RWBS, sector, sectors, seconds, nanoseconds, pid, error, command (last:
 # a command may hold spaces). blkparse prints 0 for the sector and size of events without them (P, U).

@@ -25,11 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runners.base import Status
-from runners.device.blkparse import BLKPARSE_FORMAT, TracedRun, TraceUnavailable, parse_blkparse, parse_fio_lat_logs
-from runners.device.runner import DeviceRunner
-from runners.device.tracefs import Tracefs
-from runners.settings import DeviceSettings
+from storetune.runners.base import Status
+from storetune.runners.device.blkparse import (
+    BLKPARSE_FORMAT, TracedRun, TraceUnavailable, parse_blkparse, parse_fio_lat_logs,
+)
+from storetune.runners.device.runner import DeviceRunner
+from storetune.runners.device.tracefs import Tracefs
+from storetune.runners.settings import DeviceSettings
 
 DEBUGFS = Path("/sys/kernel/debug")
 READY_S = 5.0  # how long blktrace may take to open its per-CPU buffers

@@ -20,8 +20,8 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from runners.device.personalities import Personality, filebench_wml, fio_job, job_version
-from runners.device.shell import CommandFailed, Shell
+from storetune.runners.device.personalities import Personality, filebench_wml, fio_job, job_version
+from storetune.runners.device.shell import CommandFailed, Shell
 
 ENGINES = ("fio", "filebench")
 FREE_SPACE_WATCH_S = 0.2  # how often a run's free space is sampled (FreeSpaceWatch)

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runners.base import HostUnavailable
-from runners.device.shell import Shell
+from storetune.runners.base import HostUnavailable
+from storetune.runners.device.shell import Shell
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from runners.traces import Trace
+from storetune.runners.traces import Trace
 
 SOURCE = Path(__file__).with_name("replayer.c")
 MAX_QUEUE_DEPTH = 4096
@@ -143,9 +143,9 @@ def replay_on_device(trace: Trace, *, device: str = "loop", allow_device: list[s
                      queue_depth: int = 32, dry_run: bool = False, echo: Any = print) -> ReplayResult | None:
     """Set up the device (a fresh loop device by default), replay, and always tear down.
     In a dry run, print what would be done and return None."""
-    from runners.device.shell import DryRunShell, Shell
-    from runners.device.state import SetupLog, reap_and_say
-    from runners.device.target import close_loop, open_block, open_loop, require_root
+    from storetune.runners.device.shell import DryRunShell, Shell
+    from storetune.runners.device.state import SetupLog, reap_and_say
+    from storetune.runners.device.target import close_loop, open_block, open_loop, require_root
 
     shell = DryRunShell(echo) if dry_run else Shell()
     log = SetupLog(dry_run=dry_run)

@@ -23,37 +23,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runners.base import (
-    LOOP_SLOT, Direction, HostUnavailable, Measurement, RunnerBase, Status, Workload, device_resource, hardware_resource,
+from storetune.runners.base import (
+    LOOP_SLOT, Direction, HostUnavailable, Measurement, RunnerBase, Status, Workload, device_resource,
+    hardware_resource,
 )
-from runners.device.engines import (
-    EngineOutputError,
-    TimedRun,
-    engine_env,
-    engine_version,
-    run_filebench,
-    run_fio,
-    settle,
+from storetune.runners.device.engines import (
+    EngineOutputError, TimedRun, engine_env, engine_version, run_filebench, run_fio, settle,
 )
-from runners.device.filesystems import MKFS, build
-from runners.device.personalities import MIB, device_bytes_needed, job_version, personality
-from runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
-from runners.device.host import HostSettings
-from runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
-from runners.device.target import (
-    DeviceError,
-    RefusedSetting,
-    Target,
-    apply_queue,
-    close_loop,
-    current_queue_value,
-    open_block,
-    open_loop,
-    require,
-    restore_queue,
+from storetune.runners.device.filesystems import MKFS, build
+from storetune.runners.device.personalities import MIB, device_bytes_needed, job_version, personality
+from storetune.runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
+from storetune.runners.device.host import HostSettings
+from storetune.runners.device.state import SetupLog, UndoFailed, reap_and_say, remove_tree, unmount
+from storetune.runners.device.target import (
+    DeviceError, RefusedSetting, Target, apply_queue, close_loop, current_queue_value, open_block, open_loop,
+    require, restore_queue,
 )
-from runners.settings import DeviceSettings
-from search_spaces import Config, load_space
+from storetune.runners.settings import DeviceSettings
+from storetune.search_spaces import Config, load_space
 
 logger = logging.getLogger(__name__)
 # The measurement protocol, recorded with every measurement and in a sweep's manifest; measurements of
@@ -130,10 +117,10 @@ class DeviceRunner(RunnerBase):
         what = f"{self.engine}'s {self.personality.name} with a {self.personality.fileset_bytes >> 20} MiB fileset"
         if self.engine == "filebench" and self.personality.name == "webserver":
             what += f" appends to its log without bound (about 100 MiB/s), so a {self.runtime_s:g} s run"
-        fix = f"--loop-size-mib {-(-need // MIB)}" if device == "loop" else "a larger device"
+        fix = f"`loop_size_mib` {-(-need // MIB)}" if device == "loop" else "a larger device"
         raise DeviceError(f"{what} needs a device of at least {-(-need // MIB)} MiB to fit every file system "
                           f"(metadata and journals included); {device} has {size // MIB} MiB: use {fix} or a "
-                          "smaller --fileset-mib")
+                          "smaller `fileset_mib`")
 
     def _check_prerequisites(self) -> None:
         """Missing tools and privileges fail here, before a campaign writes anything."""
@@ -164,7 +151,7 @@ class DeviceRunner(RunnerBase):
         warmups, planned = [], self._warmups
         while self._warmups:
             self.shell.note(f"warm-up run {len(warmups) + 1} of {planned}: this configuration, measured and "
-                            "discarded (--warmup-runs)")
+                            "discarded (`warmup_runs`)")
             warm = self._measure_once(config, seed=seed)
             if warm.status is not Status.SUCCEEDED:
                 return warm
@@ -281,7 +268,7 @@ class DeviceRunner(RunnerBase):
         64MB" for agcount=16 on 1 GiB; mkfs.btrfs: "too small"), what to change: the loop device's size."""
         if self.device != "loop" or not SIZE_REFUSAL.search(said):
             return ""
-        return f" (on a {self.loop_size_mib} MiB loop device: a larger --loop-size-mib may let it through)"
+        return f" (on a {self.loop_size_mib} MiB loop device: a larger `loop_size_mib` may let it through)"
 
     def _refused(self, reason: str, env: dict[str, Any], started: float) -> Measurement:
         return Measurement.failed(Status.INVALID, reason, env=env, duration_s=time.monotonic() - started)

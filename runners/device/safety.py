@@ -23,7 +23,7 @@ def check_block_device(path: str, allow: list[str]) -> str:
     entries = {os.path.normpath(a): os.path.realpath(a) for a in allow}
     if given not in entries:
         allowed = ", ".join(entries) or "nothing"
-        raise UnsafeDevice(f"{path} is not allow-listed (allowed: {allowed}); name it with --allow-device {path}")
+        raise UnsafeDevice(f"{path} is not allow-listed (allowed: {allowed}); name it with `allow_device` {path}")
     resolved = os.path.realpath(given)
     if resolved != entries[given]:
         raise UnsafeDevice(f"{path} resolves to {resolved}, outside the allow list")

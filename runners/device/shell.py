@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.base import kill_group
+from storetune.runners.base import kill_group
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runners.device.host import FtraceBusy, HostBusy, HostLockRefused, HostSettings, host_wide, in_ftrace, take_ftrace
-from runners.device.shell import CommandTimeout, Shell
+from storetune.runners.device.host import (
+    FtraceBusy, HostBusy, HostLockRefused, HostSettings, host_wide, in_ftrace, take_ftrace,
+)
+from storetune.runners.device.shell import CommandTimeout, Shell
 
 logger = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = "/run/storetune"

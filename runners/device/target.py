@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.device.safety import UnsafeDevice, check_block_device
-from runners.device.shell import Shell
-from runners.device.state import SetupLog, loop_detached, undo_order
+from storetune.runners.device.safety import UnsafeDevice, check_block_device
+from storetune.runners.device.shell import Shell
+from storetune.runners.device.state import SetupLog, loop_detached, undo_order
 
 logger = logging.getLogger(__name__)
 QUEUE_ATTRIBUTES = ("scheduler", "read_ahead_kb", "nr_requests")  # in the order they are set

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runners.device.blkparse import TracedRun, TraceUnavailable, parse_blkparse
-from runners.device.host import FtraceBusy, HostLockRefused, take_ftrace
-from runners.device.runner import DeviceRunner
-from runners.device.state import UndoFailed, _unescape, unmount
+from storetune.runners.device.blkparse import TracedRun, TraceUnavailable, parse_blkparse
+from storetune.runners.device.host import FtraceBusy, HostLockRefused, take_ftrace
+from storetune.runners.device.runner import DeviceRunner
+from storetune.runners.device.state import UndoFailed, _unescape, unmount
 
 logger = logging.getLogger(__name__)
 TRACEFS = Path("/sys/kernel/tracing")

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from search_spaces import Config
-from tuner.base import Observation, Tuner
+from storetune.search_spaces import Config
+from storetune.tuner.algorithms.base import Observation, Tuner
 
 MAX_FREE_MOVES = 200  # moves onto already-measured configurations (cache hits) per proposal
 

@@ -8,6 +8,7 @@ shape of scikit-optimize's ``Optimizer.ask/tell`` and nevergrad's ``ask/_interna
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -17,10 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
-from runners import Direction, Status
-from search_spaces import Config, SearchSpace
-from search_spaces.status import check_direction
-from search_spaces.status import loss as to_loss
+from storetune.runners import Direction, Status
+from storetune.search_spaces import Config, SearchSpace
+from storetune.search_spaces.status import check_direction
+from storetune.search_spaces.status import loss as to_loss
 
 
 # Past this many configurations, fresh() stops listing the space when sampling finds nothing new.
@@ -72,6 +73,7 @@ class Tuner(ABC):
         self.direction = direction
         self.params = parse_params(self.name, self.Params, params or {})
         self.rng = np.random.default_rng(seed)  # the algorithm's only source of randomness
+        self.diversity: list[float] | None = None  # per generation, for the algorithms that breed (GA, NSGA-II)
         self.observations: list[Observation] = []
         self.warm_started = 0  # the first observations: earlier campaigns' trials, told by warm_start
         self._unmeasured: list[Config] | None = None
@@ -85,6 +87,12 @@ class Tuner(ABC):
         self._first: list[Config] = []  # measured before the algorithm's own asks (--warm-start similar)
 
     # --- the public interface --------------------------------------------------------------------
+
+    def resolved_params(self) -> dict[str, Any]:
+        """Every hyperparameter with the value it has here (the defaults included), as JSON: what a campaign
+        records at creation, so that its resume builds the same algorithm whatever the defaults are by then."""
+        return json.loads(json.dumps(TypeAdapter(self.Params).dump_python(self.params, mode="json")))
+
     def ask(self, n: int = 1) -> list[Config]:
         """Up to ``n`` configurations to measure next; fewer when the space is exhausted."""
         if n < 1:

@@ -42,8 +42,8 @@ from skopt.space import Real
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from search_spaces import Config, Kind
-from tuner.base import LIST_LIMIT, Observation, Tuner
+from storetune.search_spaces import Config, Kind
+from storetune.tuner.algorithms.base import LIST_LIMIT, Observation, Tuner
 
 LARGE_SPACE_REVISIT_AFTER = 10  # revisit_after, unset, on a finite space beyond LIST_LIMIT
 LOCAL_PARENTS = 5  # the best configurations whose neighbours are always candidates

@@ -22,8 +22,8 @@ from stable_baselines3.common.logger import configure
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from search_spaces import Config, Kind, SearchSpace, TableSpace
-from tuner.base import Observation, Tuner
+from storetune.search_spaces import Config, Kind, SearchSpace, TableSpace
+from storetune.tuner.algorithms.base import Observation, Tuner
 
 MAX_FREE_MOVES = 50  # moves over measured configurations per proposal before jumping somewhere new
 REWARD_CLIP = 5.0

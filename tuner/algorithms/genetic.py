@@ -27,8 +27,8 @@ from deap import base, creator, tools
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from search_spaces import Config, Kind
-from tuner.base import LIST_LIMIT, Observation, Tuner
+from storetune.search_spaces import Config, Kind
+from storetune.tuner.algorithms.base import LIST_LIMIT, Observation, Tuner
 
 if not hasattr(creator, "StoreTuneFitness"):  # DEAP's creator registers classes globally
     creator.create("StoreTuneFitness", base.Fitness, weights=(-1.0,))

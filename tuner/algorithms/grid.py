@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from search_spaces import Config
-from tuner.base import Tuner
+from storetune.search_spaces import Config
+from storetune.tuner.algorithms.base import Tuner
 
 MAX_DRAWS = 100_000
 

@@ -18,8 +18,8 @@ from deap import base, creator, tools
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from search_spaces import Config
-from tuner.genetic import GeneticAlgorithm, _diversity
+from storetune.search_spaces import Config
+from storetune.tuner.algorithms.genetic import GeneticAlgorithm, _diversity
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ import numpy as np
 from pydantic import Field, field_validator
 from pydantic.dataclasses import dataclass
 
-from runners import Status
-from search_spaces import Config
-from search_spaces.status import loss as to_loss
-from tuner.base import Observation, Tuner
+from storetune.runners import Status
+from storetune.search_spaces import Config
+from storetune.search_spaces.status import loss as to_loss
+from storetune.tuner.algorithms.base import Observation, Tuner
 
 MEMBERS = ("bo", "ga", "sa")  # dqn does not beat random search at these budgets (bench/SEARCH.md)
 # chosen on HSMGP, BDBC and SS-O (10, 20, 30); 10 cost 2-2.5 evaluations on two synthetic tables. Beyond BO's
@@ -67,7 +67,7 @@ class Params:
         names = [m.strip() for m in value.split(",") if m.strip()]
         if not names:
             raise ValueError("name at least one member, e.g. bo,ga,sa")
-        from tuner.registry import SEARCH_ALGORITHMS
+        from storetune.tuner.algorithms.registry import SEARCH_ALGORITHMS
 
         allowed = [a for a in SEARCH_ALGORITHMS if a != "auto"]
         unknown = [m for m in names if m not in allowed]
@@ -84,7 +84,7 @@ class Portfolio(Tuner):
 
     def __init__(self, space: Any, **kwargs: Any):
         super().__init__(space, **kwargs)
-        from tuner.registry import make_tuner  # the registry imports this module's siblings lazily
+        from storetune.tuner.algorithms.registry import make_tuner  # the registry imports this module's siblings lazily
 
         self.names = self.params.members.split(",")
         # BO's own random start would follow the shared one: it is the shared one (BO models from then on)

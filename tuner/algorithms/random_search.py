@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 
-from search_spaces import Config
-from tuner.base import Tuner
+from storetune.search_spaces import Config
+from storetune.tuner.algorithms.base import Tuner
 
 # Finite spaces up to this size are shuffled once; larger ones are sampled with rejection.
 SHUFFLE_LIMIT = 200_000

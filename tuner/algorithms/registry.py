@@ -11,19 +11,19 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from runners import Direction
-from search_spaces import SearchSpace
-from tuner.base import Tuner
+from storetune.runners import Direction
+from storetune.search_spaces import SearchSpace
+from storetune.tuner.algorithms.base import Tuner
 
 ALGORITHMS: dict[str, str] = {
-    "random": "tuner.random_search:RandomSearch",
-    "sa": "tuner.annealing:SimulatedAnnealing",
-    "ga": "tuner.genetic:GeneticAlgorithm",
-    "bo": "tuner.bayes:BayesianOptimization",
-    "dqn": "tuner.dqn:DeepQNetwork",
-    "auto": "tuner.portfolio:Portfolio",  # a bandit over bo, ga and sa
-    "grid": "tuner.grid:GridSearch",  # a fixed stratified sample, for sweeps
-    "nsga2": "tuner.nsga2:NSGA2",  # multi-objective: the Pareto set of a pareto objective
+    "random": "storetune.tuner.algorithms.random_search:RandomSearch",
+    "sa": "storetune.tuner.algorithms.annealing:SimulatedAnnealing",
+    "ga": "storetune.tuner.algorithms.genetic:GeneticAlgorithm",
+    "bo": "storetune.tuner.algorithms.bayes:BayesianOptimization",
+    "dqn": "storetune.tuner.algorithms.dqn:DeepQNetwork",
+    "auto": "storetune.tuner.algorithms.portfolio:Portfolio",  # a bandit over bo, ga and sa
+    "grid": "storetune.tuner.algorithms.grid:GridSearch",  # a fixed stratified sample, for sweeps
+    "nsga2": "storetune.tuner.algorithms.nsga2:NSGA2",  # multi-objective: the Pareto set of a pareto objective
 }
 
 
@@ -48,7 +48,7 @@ def default_algorithm(objective_kind: str | None = None) -> str:
 def check_pareto_algorithm(name: str) -> None:
     if name not in PARETO_ALGORITHMS:
         raise ValueError(f"{name} searches for one value and cannot search a Pareto set: use "
-                         f"{' or '.join(PARETO_ALGORITHMS)} (or a weighted or rank --objective)")
+                         f"{' or '.join(PARETO_ALGORITHMS)} (or a weighted or rank `objective`)")
 
 
 def register(name: str, target: str) -> None:
@@ -63,8 +63,16 @@ def algorithm_target(name: str) -> str:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}") from None
 
 
+# the algorithms whose libraries are an extra of their own (pyproject.toml)
+EXTRAS = {"storetune.tuner.algorithms.dqn": "rl"}
+
+
 def load_target(target: str) -> type[Tuner]:
     module, cls = target.split(":")
+    if module in EXTRAS:
+        from storetune.extras import need
+
+        return getattr(need(module, EXTRAS[module]), cls)
     return getattr(importlib.import_module(module), cls)
 
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import hypergeom
 
-from search_spaces import Config
-from search_spaces.status import best_of, within_of_best
+from storetune.search_spaces import Config
+from storetune.search_spaces.status import best_of, within_of_best
 
 
 def near_optimal(means: Mapping[Config, float], direction: str, within: float = 0.99) -> set[Config]:
     """The configurations whose table mean is within ``within`` of the best one."""
     if not 0 < within <= 1:
-        raise ValueError(f"--within must be in (0, 1], not {within}")
+        raise ValueError(f"`within` must be in (0, 1], not {within}")
     best = best_of(list(means.values()), direction)
     return {c for c, v in means.items() if within_of_best(v, best, direction, within)}
 

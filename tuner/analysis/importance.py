@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from search_spaces import format_value
-from tuner.analysis import TableGone, json_safe, replayed_table, searched_means, table_digest
+from storetune.search_spaces import format_value
+from storetune.tuner.analysis.summary import TableGone, json_safe, replayed_table, searched_means, table_digest
 
 NA = "n/a"  # the level of a parameter inactive under its condition
 MAX_LEVELS = 12  # more distinct values than this: a numeric (linear) term, not one-hot

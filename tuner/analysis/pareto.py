@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objective import MultiObjective, trial_means
-from tuner.views import TrialView
+from storetune.tuner.objectives.objective import MultiObjective, trial_means
+from storetune.tuner.history.views import TrialView
 
 
 def format_point(point: dict[str, float] | None) -> str:

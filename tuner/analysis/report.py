@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from runners import Status
-from search_spaces import Config
-from search_spaces.status import best_of, loss, within_of_best
-from tuner.analysis import (
+from storetune.runners import Status
+from storetune.search_spaces import Config
+from storetune.search_spaces.status import best_of, loss, within_of_best
+from storetune.tuner.analysis.summary import (
     TableGone, campaign_best, campaign_convergence, convergence, evaluations, held_out, near_optimal_trials,
     replayed_table, table_digest,
 )
-from tuner.history import History
-from tuner.views import CampaignView
+from storetune.tuner.history.store import History
+from storetune.tuner.history.views import CampaignView
 
 PARALLEL_LINES = 1000  # lines of the parallel-coordinates plot at most: beyond, a seeded sample
 INSTANT_POINTS = 1000  # evaluations drawn one point each at most: beyond, bins of consecutive evaluations
@@ -32,7 +32,7 @@ REASONS = 20  # distinct failure reasons listed
 
 def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, seed: int = 0) -> dict[str, Any]:
     """A campaign's report: state, convergence, statuses, near-optimal set, importance, all trials."""
-    from tuner.importance import common_values, importance
+    from storetune.tuner.analysis.importance import common_values, importance
 
     record = history.campaign(campaign_id)
     # an objective over several metrics is read from the measurements (the lexicographic best, the Pareto set)
@@ -50,6 +50,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         "kind": "campaign", "id": record.id, "state": record.state, "note": record.note,
         "title": f"campaign {record.id}: {record.algorithm} on {record.workload_name}",
         "algorithm": record.algorithm, "space": record.space_name, "workload": record.workload_name,
+        "params": record.resolved_params or record.algorithm_params,
         "runner": record.runner, "objective": {"metric": record.objective_metric, "direction": direction},
         "fixed": record.fixed or {}, "adaptive": record.adaptive,
         "budget": record.budget, "evaluated": evaluations(trials, record.repeats),
@@ -96,8 +97,8 @@ BESTS = {"weighted": "best weighted score", "rank": "lexicographic best (its sco
 def _several(out: dict[str, Any], record: Any, measured: list[Any]) -> None:
     """An objective over several metrics: the one value the figures draw is a score of them, and says so;
     a Pareto campaign adds its set, its hypervolume and every succeeded trial's metrics (what it is about)."""
-    from tuner.objective import MultiObjective, trial_means
-    from tuner.pareto import pareto_set
+    from storetune.tuner.objectives.objective import MultiObjective, trial_means
+    from storetune.tuner.analysis.pareto import pareto_set
 
     objective = MultiObjective.from_spec(record.objective)
     out["objective"].update(score=SCORES[objective.kind], best=BESTS[objective.kind], of=list(objective.metrics))

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from runners import Status
-from search_spaces.status import best_of, better, within_of_best
-from search_spaces.status import loss as to_loss
-from tuner.views import CampaignView, TrialView
+from storetune.runners import Status
+from storetune.search_spaces.status import best_of, better, within_of_best
+from storetune.search_spaces.status import loss as to_loss
+from storetune.tuner.history.views import CampaignView, TrialView
 
 
 def trials_by_status(trials: Sequence[TrialView]) -> dict[str, int]:
@@ -76,8 +76,8 @@ class CampaignSummary:
         front: dict[str, Any] = {}
         objective: dict[str, Any] = {"metric": record.objective_metric, "direction": record.objective_direction}
         if record.objective:
-            from tuner.objective import MultiObjective
-            from tuner.pareto import pareto_set
+            from storetune.tuner.objectives.objective import MultiObjective
+            from storetune.tuner.analysis.pareto import pareto_set
 
             multi = MultiObjective.from_spec(record.objective)
             objective.update(multi.spec())
@@ -118,7 +118,7 @@ def campaign_best(record: CampaignView, trials: Sequence[TrialView]) -> TrialVie
     metrics, the objective's own (a rank objective's lexicographic best, from the trials' measurements)."""
     if not record.objective:
         return best_trial(trials, record.objective_direction, record.adaptive)
-    from tuner.objective import MultiObjective
+    from storetune.tuner.objectives.objective import MultiObjective
 
     return MultiObjective.from_spec(record.objective).best_trial(trials, record.adaptive)
 
@@ -147,7 +147,7 @@ def replayed_table(runner_settings: Mapping[str, Any], digests: Sequence[str | N
     TableGone when it can no longer be read (moved, deleted) or is not the table they replayed: its
     digest differs from every one their campaigns recorded (edited in place since), so that its means
     would rank their configurations against other measurements."""
-    from runners import make_runner
+    from storetune.runners import make_runner
 
     try:
         runner = make_runner("dataset", dict(runner_settings))
@@ -243,7 +243,7 @@ def race_convergence(trials: Sequence[TrialView], metric: str, direction: str, r
     one entry per evaluation (a trial's first ``repeats`` runs, or one re-measurement) in the order they
     finished; ``value`` is the trial's mean after it, ``best`` the incumbent's mean then (the trial the
     campaign would have reported), not the best mean seen: a challenger lucky once does not lower it."""
-    from tuner.intensify import Standing, incumbent
+    from storetune.tuner.objectives.intensify import Standing, incumbent
 
     events = []
     for t in trials:

@@ -6,20 +6,27 @@ the compared features over the known workloads and the new one, ranks the known 
 and gives each one's near-optimal configurations from what its campaigns measured, with an honest
 confidence: the distance, and how often a workload's best stayed near-optimal on its own nearest
 neighbour, wherever the history measured that configuration on both.
+
+It also keys the workloads that campaigns cannot name themselves: a trace by its content
+(``trace_workload``), and a device workload by a short traced run (``device_fingerprint``), for the
+CLI and the service alike.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runners.fingerprint import DISTANCE_FEATURES, distance, scales, vector
-from search_spaces import SearchSpace
-from search_spaces.status import best_of, within_of_best
-from tuner.history import History
+from storetune.runners import Workload
+from storetune.runners.fingerprint import DISTANCE_FEATURES, distance, scales, vector
+from storetune.search_spaces import SearchSpace
+from storetune.search_spaces.status import best_of, within_of_best
+from storetune.tuner.history.store import History
 
 NEAR_OPTIMAL_SHOWN = 10  # near-optimal configurations listed per neighbour
 
@@ -122,11 +129,11 @@ def recommend(history: History, features: Mapping[str, Any], space: SearchSpace 
         others, usual = known_workloads(history, space, None, exclude)
         if others:
             raise NoHistory(f"no fingerprinted workload in the history at {history.url} was tuned for {metric}{where}; "
-                            f"{len(others)} were, for {usual}: give --metric {usual}, or leave --metric out")
+                            f"{len(others)} were, for {usual}: give `metric` {usual}, or leave `metric` out")
     if not known:
         raise NoHistory(f"the history at {history.url} has no fingerprinted workload with measured configurations"
                         f"{where}: measure some first (storetune sweep on a device, or storetune tune on a dataset "
-                        "whose workloads are fingerprinted, e.g. --dataset datasets/loop-storage-v3), and fingerprint "
+                        "whose workloads are fingerprinted, e.g. `dataset` datasets/loop-storage-v3), and fingerprint "
                         "their workloads (storetune fingerprint ... --db)")
     rows = np.array([vector(w.features) for w in known])
     query = vector(features)
@@ -191,3 +198,28 @@ def similar_configs(recommendation: Recommendation, space: SearchSpace, limit: i
                     out.append(config)
     return out
 
+
+def trace_workload(path: Path) -> Workload:
+    """A trace's workload: its name and content, so one trace is one workload wherever it lies."""
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return Workload("trace", path.name.split(".trace")[0], {"sha256": sha})
+
+
+def device_fingerprint(settings: Any, seconds: float, tracer: str,
+                       fallback: bool) -> tuple[Workload, dict[str, Any], Any]:
+    """A short traced run of a device workload (``runners.device.blktrace``), keyed by the workload as a
+    campaign of these settings runs it (its runtime, fileset, engine), so that campaigns find it. The CLI's
+    and the service's; a refusal or a failed run is a ValueError of one line."""
+    from storetune.runners import make_runner
+    from storetune.runners.device.blktrace import traced_run
+    from storetune.runners.fingerprint import features
+
+    workload = make_runner("device", settings, dry_run=True, echo=lambda _line: None).workload
+    if seconds <= 0:
+        raise ValueError(f"the traced run's seconds must be above 0, not {seconds}")
+    try:
+        run = traced_run(settings, runtime_s=seconds, fallback=fallback, tracer=tracer)
+    except RuntimeError as e:  # the traced run failed (a full device, a refused mkfs): its reason, one line
+        raise ValueError(str(e)) from None
+    found = {"source": run.source, "ios": len(run.trace), "features": features(run.trace), "meta": dict(run.meta)}
+    return workload, found, run.trace

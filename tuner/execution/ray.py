@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from runners import HostUnavailable, Measurement, Runner, Status, Workload
-from runners.base import LOOP_SLOT, device_resource, hardware_resource
-from tuner.executor import (
+from storetune.runners import HostUnavailable, Measurement, Runner, Status, Workload
+from storetune.runners.base import LOOP_SLOT, device_resource, hardware_resource
+from storetune.tuner.execution.jobs import (
     ExecutorLost, Job, Recorder, name_this_node, one_thread_each, record_all, run_jobs, worker_measure,
 )
 
@@ -70,9 +70,9 @@ class RayExecutor:
 
     def __init__(self, workers: int | None = None, *, address: str | None = None, max_retries: int = 2):
         if workers is not None and workers < 1:
-            raise ExecutorError(f"--parallel must be at least 1, not {workers}")
+            raise ExecutorError(f"`parallel` must be at least 1, not {workers}")
         if max_retries < 0:
-            raise ExecutorError(f"--max-retries must be 0 or more, not {max_retries}")
+            raise ExecutorError(f"`max_retries` must be 0 or more, not {max_retries}")
         self.address, self.max_retries = address, max_retries
         self._asked = workers  # None: as many as the cluster has CPUs
         self.workers = workers or os.cpu_count() or 1
@@ -87,7 +87,9 @@ class RayExecutor:
     def _ray(self) -> Any:
         if not self._started and not self.address:
             self._private_token()
-        import ray
+        from storetune.extras import need
+
+        ray = need("ray", "ray")
 
         if self._started:
             return ray
@@ -139,7 +141,7 @@ class RayExecutor:
         slots = self.check_resources(needed)
         if self.workers > slots:
             what = " and ".join(f"{int(total)} {name}" for name, total in self._totals(needed or {"CPU": 1}).items())
-            note = (f"--parallel {self.workers} capped to {slots}: the Ray cluster advertises {what} "
+            note = (f"`parallel` {self.workers} capped to {slots}: the Ray cluster advertises {what} "
                     "(one measurement per unit)")
             self.workers = slots
             self.notes.append(note)

@@ -45,7 +45,9 @@ class CampaignRecord(Base):
     device: Mapped[str] = mapped_column(String(200))
 
     algorithm: Mapped[str] = mapped_column(String(32))
-    algorithm_params: Mapped[dict[str, Any]]
+    algorithm_params: Mapped[dict[str, Any]]  # as given
+    # every hyperparameter as the algorithm resolved it at creation (None: a campaign older than schema 0008)
+    resolved_params: Mapped[dict[str, Any] | None]
     objective_metric: Mapped[str] = mapped_column(String(100))
     objective_direction: Mapped[str] = mapped_column(String(3))
     budget: Mapped[int]

@@ -17,16 +17,16 @@ from typing import Any
 from sqlalchemy import case, delete, event, func, insert, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from runners import Measurement, Status
-from search_spaces import Config, config_hash
-from tuner.models import (
+from storetune.runners import Measurement, Status
+from storetune.search_spaces import Config, config_hash
+from storetune.tuner.history.models import (
     CampaignRecord, ComparisonRecord, FingerprintRecord, MeasurementRecord, TrialRecord, utcnow,
 )
-from tuner.schema import (
+from storetune.tuner.history.schema import (
     check_schema, commit_started, make_engine, refuse_a_missing_file, retried, retry_bound, retrying, shown_url,
     upgrade_schema,
 )
-from tuner.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
+from storetune.tuner.history.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
 
 
 @retrying

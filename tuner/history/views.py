@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
-from runners import Measurement, Status
-from search_spaces import Config
+from storetune.runners import Measurement, Status
+from storetune.search_spaces import Config
 
 V = TypeVar("V")
 
@@ -101,6 +101,7 @@ class CampaignView:
     max_repeats: int | None = None
     objective: dict[str, Any] | None = None  # several metrics: weighted, lexicographic or Pareto
     executor: dict[str, Any] | None = None  # where its trials are measured (``executor.kind``: local or ray)
+    resolved_params: dict[str, Any] | None = None  # every hyperparameter as resolved at creation
 
     @property
     def adaptive(self) -> bool:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from search_spaces.status import better
-from search_spaces.status import loss as to_loss
+from storetune.search_spaces.status import better
+from storetune.search_spaces.status import loss as to_loss
 
 MAX_REPEATS_LIMIT = 100
 
@@ -65,7 +65,7 @@ def check_max_repeats(max_repeats: int | None, repeats: int) -> None:
     if max_repeats is None:
         return
     if max_repeats < repeats:
-        raise ValueError(f"--max-repeats {max_repeats} is below --repeats {repeats}: every configuration is "
+        raise ValueError(f"`max_repeats` {max_repeats} is below `repeats` {repeats}: every configuration is "
                          f"measured {repeats} times first; the cap must be at least that")
     if max_repeats > MAX_REPEATS_LIMIT:
-        raise ValueError(f"--max-repeats {max_repeats}: at most {MAX_REPEATS_LIMIT} runs of one configuration")
+        raise ValueError(f"`max_repeats` {max_repeats}: at most {MAX_REPEATS_LIMIT} runs of one configuration")

@@ -6,19 +6,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar, Any
 
 import numpy as np
 
-from runners import Direction, Measurement, Status, guess_direction
-from search_spaces.status import better
-from tuner.views import TrialView
+from storetune.runners import Direction, Measurement, Status, guess_direction
+from storetune.search_spaces.status import better
+from storetune.tuner.history.views import TrialView
 
 
 @dataclass(frozen=True)
 class Objective:
     metric: str
     direction: Direction
+    kind: ClassVar[str | None] = None  # one metric; a MultiObjective's is weighted, rank or pareto
 
     @classmethod
     def resolve(
@@ -30,14 +31,14 @@ class Objective:
         """
         if metric is None:
             if not reported:
-                raise ValueError("name the metric to optimise with --metric (this runner's metrics come from its output)")
+                raise ValueError("name the metric to optimise with `metric` (this runner's metrics come from its output)")
             metric = next(iter(reported))
         elif reported and metric not in reported:
             raise ValueError(f"unknown metric {metric!r}; this runner reports: {', '.join(reported)}")
         if direction is None:
             direction = reported.get(metric) or guess_direction(metric)
         if direction not in ("min", "max"):
-            raise ValueError(f"say whether to minimise or maximise {metric!r}: --direction min or --direction max")
+            raise ValueError(f"say whether to minimise or maximise {metric!r}: `direction` min or `direction` max")
         return cls(metric, direction)  # type: ignore[arg-type]
 
     def outcome(self, measurements: Sequence[Measurement]) -> tuple[Status, float | None, str | None]:
@@ -124,13 +125,13 @@ class MultiObjective:
         kind, names, weights, tol = _parse_objective(text)
         for name in names:
             if reported and name not in reported:
-                raise ValueError(f"--objective {text!r}: unknown metric {name!r}; this runner reports: "
+                raise ValueError(f"`objective` {text!r}: unknown metric {name!r}; this runner reports: "
                                  f"{', '.join(reported)}")
         directions = []
         for name in names:
             direction = (reported.get(name) if reported else None) or guess_direction(name)
             if direction not in ("min", "max"):
-                raise ValueError(f"--objective {text!r}: cannot tell whether to minimise or maximise {name!r} "
+                raise ValueError(f"`objective` {text!r}: cannot tell whether to minimise or maximise {name!r} "
                                  "(its name does not say and the runner does not declare it)")
             directions.append(direction)
         return cls(kind, names, directions, weights, tol)
@@ -152,7 +153,7 @@ class MultiObjective:
 
     @property
     def text(self) -> str:
-        """The canonical form, as --objective takes it."""
+        """The canonical form, as `objective` takes it."""
         if self.kind == "weighted":
             return ",".join(f"{m}:{w:g}" for m, w in zip(self.metrics, self.weights))
         if self.kind == "rank":
@@ -277,24 +278,24 @@ def _parse_objective(text: str) -> tuple[str, list[str], list[float] | None, flo
         body, _, options = rest.partition(";")
         names = [n.strip() for n in body.split(",")]
         if not all(names):
-            raise ValueError(f"--objective {text!r}: name the metrics, e.g. {head}:ops_per_s,lat_p99_us")
+            raise ValueError(f"`objective` {text!r}: name the metrics, e.g. {head}:ops_per_s,lat_p99_us")
         tol = DEFAULT_TOL
         for option in filter(None, (o.strip() for o in options.split(";"))):
             key, eq, value = option.partition("=")
             if head != "rank" or key.strip() != "tol" or not eq:
-                raise ValueError(f"--objective {text!r}: unknown option {option!r} (rank takes ;tol=0.05)")
+                raise ValueError(f"`objective` {text!r}: unknown option {option!r} (rank takes ;tol=0.05)")
             try:
                 tol = float(value)
             except ValueError:
-                raise ValueError(f"--objective {text!r}: tol must be a number, not {value.strip()!r}") from None
+                raise ValueError(f"`objective` {text!r}: tol must be a number, not {value.strip()!r}") from None
             if not 0 < tol < 1:
-                raise ValueError(f"--objective {text!r}: tol must be above 0 and below 1 (0.05: within 5%), not {tol:g}")
+                raise ValueError(f"`objective` {text!r}: tol must be above 0 and below 1 (0.05: within 5%), not {tol:g}")
         _no_repeats(text, names)
         if head == "pareto" and not 2 <= len(names) <= 3:
-            raise ValueError(f"--objective {text!r}: a pareto objective needs two or three metrics, e.g. "
+            raise ValueError(f"`objective` {text!r}: a pareto objective needs two or three metrics, e.g. "
                              "pareto:ops_per_s,lat_p99_us")
         if head == "rank" and len(names) < 2:
-            raise ValueError(f"--objective {text!r}: rank orders two metrics or more; for one, use --metric")
+            raise ValueError(f"`objective` {text!r}: rank orders two metrics or more; for one, use `metric`")
         return head, names, None, tol
     names, weights = [], []
     for item in text.split(","):
@@ -304,9 +305,9 @@ def _parse_objective(text: str) -> tuple[str, list[str], list[float] | None, flo
         except ValueError:
             w = None
         if w is None:
-            raise ValueError(f"--objective {text!r}: unknown form; write {OBJECTIVE_FORMS}")
+            raise ValueError(f"`objective` {text!r}: unknown form; write {OBJECTIVE_FORMS}")
         if not math.isfinite(w) or w <= 0:
-            raise ValueError(f"--objective {text!r}: the weight of {name.strip()!r} must be a positive number, "
+            raise ValueError(f"`objective` {text!r}: the weight of {name.strip()!r} must be a positive number, "
                              f"not {weight.strip()}")
         names.append(name.strip())
         weights.append(w)
@@ -317,7 +318,7 @@ def _parse_objective(text: str) -> tuple[str, list[str], list[float] | None, flo
 def _no_repeats(text: str, names: list[str]) -> None:
     twice = [n for i, n in enumerate(names) if n in names[:i]]
     if twice:
-        raise ValueError(f"--objective {text!r}: metric {twice[0]!r} is named twice")
+        raise ValueError(f"`objective` {text!r}: metric {twice[0]!r} is named twice")
 
 
 def resolve_objective(reported: Mapping[str, Direction | None], metric: str | None, direction: str | None,
@@ -326,8 +327,8 @@ def resolve_objective(reported: Mapping[str, Direction | None], metric: str | No
     if objective is None:
         return Objective.resolve(reported, metric, direction)
     if metric is not None or direction is not None:
-        raise ValueError("--objective names the metrics and their directions itself: use it without --metric "
-                         "and --direction")
+        raise ValueError("`objective` names the metrics and their directions itself: use it without `metric` "
+                         "and `direction`")
     return MultiObjective.parse(objective, reported)
 
 
@@ -351,3 +352,11 @@ def campaign_objective(record: Any) -> Objective | MultiObjective:
     if record.objective:
         return MultiObjective.from_spec(record.objective)
     return Objective(record.objective_metric, record.objective_direction)
+
+
+def table_metric(metric: str | None, objective: str | None) -> str | None:
+    """A replayed table's objective column: the metric asked for, or the first metric of an objective over
+    several (a table with two objectives loads with one of them named; the others are kept as metrics)."""
+    if metric is not None or objective is None:
+        return metric
+    return next(iter(objective_metrics(objective)), None)

@@ -10,23 +10,25 @@ from __future__ import annotations
 
 
 import copy
-import inspect
 import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from runners import Direction, HostUnavailable, Runner, Status, make_runner
-from search_spaces import Config, SearchSpace
-from tuner.analysis import CampaignSummary, evaluations
-from tuner.executor import Executor, ExecutorLost, LocalExecutor
-from tuner.history import History
-from tuner.intensify import check_max_repeats
-from tuner.loop import MemoryStore, TrialResult, _measurements, run_loop, settle, trial_seed
-from tuner.views import CampaignView, TrialView
-from tuner.objective import MultiObjective, Objective, campaign_objective, resolve_objective
-from tuner.registry import check_pareto_algorithm, default_algorithm, make_tuner
+from storetune.runners import Direction, HostUnavailable, Runner, Status, inspected_runner, make_runner
+from storetune.search_spaces import Config, SearchSpace
+from storetune.tuner.analysis.summary import CampaignSummary, evaluations
+from storetune.tuner.execution.jobs import Executor, ExecutorLost
+from storetune.tuner.execution.local import LocalExecutor
+from storetune.tuner.history.store import History
+from storetune.tuner.objectives.intensify import check_max_repeats
+from storetune.tuner.history.memory import MemoryStore
+from storetune.tuner.search.loop import TrialResult, _measurements, run_loop, settle, trial_seed
+from storetune.tuner.history.views import CampaignView, TrialView
+from storetune.tuner.objectives.objective import MultiObjective, Objective, campaign_objective, resolve_objective
+from storetune.tuner.algorithms.base import Tuner
+from storetune.tuner.algorithms.registry import check_pareto_algorithm, default_algorithm, make_tuner
 
 WARM_STARTS = ("none", "same", "similar")
 SIMILAR_WORKLOADS = 3  # --warm-start similar: the nearest known workloads whose near-optimal configurations go first
@@ -101,13 +103,18 @@ class Campaign:
         if isinstance(objective, MultiObjective):  # the reference of the scores, recorded once it is known
             objective.on_reference = lambda spec: history.set_objective(record.id, spec)
         self.executor = executor or LocalExecutor()
-        self.tuner = make_tuner(
-            record.algorithm,
-            runner.space,
-            seed=record.seed,
-            direction=objective.direction,
-            params=record.algorithm_params,
-        )
+        self._tuner: Tuner | None = None
+
+    @property
+    def tuner(self) -> Tuner:
+        """The algorithm, built when the campaign first needs it (a queued campaign never does): with the
+        hyperparameters it was created with, resolved then, so a resume runs what it started with."""
+        if self._tuner is None:
+            record = self.record
+            self._tuner = make_tuner(record.algorithm, self.runner.space, seed=record.seed,
+                                     direction=self.objective.direction,
+                                     params=record.resolved_params or record.algorithm_params)
+        return self._tuner
 
     @property
     def id(self) -> int:
@@ -116,28 +123,33 @@ class Campaign:
     # --- creating and resuming ------------------------------------------------------------------------
     @classmethod
     def prepare(cls, spec: CampaignSpec, runner: Runner | None = None, executor: Executor | None = None,
-                executor_kind: str | None = None) -> tuple[Runner, Objective | MultiObjective]:
+                remote: bool = False) -> tuple[Runner, Objective | MultiObjective]:
         """The runner (with the pinned parameters) and objective of ``spec``, after every check a new
         campaign makes: an unknown algorithm or hyperparameter, a budget the space cannot fill or an
         unknown metric raise ValueError. Nothing is written."""
+        runner, objective, _ = cls._checked(spec, runner, executor, remote)
+        return runner, objective
+
+    @classmethod
+    def _checked(cls, spec: CampaignSpec, runner: Runner | None, executor: Executor | None,
+                 remote: bool) -> tuple[Runner, Objective | MultiObjective, Tuner]:
+        """``prepare``'s checks, with the algorithm they built (a new campaign keeps it: one build)."""
         runner = runner or checked("runner_settings", lambda: _driver_runner(spec.runner, spec.runner_settings,
                                                                              executor))
         runner.space = checked("fix", lambda: runner.space.fix(spec.fixed, strict=True))  # an unknown parameter or value
-        check_pins = getattr(runner, "check_pins", None)  # optional (RunnerBase): pins that leave nothing to tune
-        if check_pins is not None:
-            checked("fix", lambda: check_pins({name: runner.space[name].canonical(value)
-                                               for name, value in spec.fixed.items()}))
-        checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size, executor_kind))
+        checked("fix", lambda: runner.check_pins({name: runner.space[name].canonical(value)
+                                                  for name, value in spec.fixed.items()}))
+        checked("parallel", lambda: _refuse_parallel_if_exclusive(runner, executor, spec.batch_size, remote))
         objective = checked("objective" if spec.objective is not None else "metric", lambda: resolve_objective(
             runner.metrics(), spec.metric, spec.direction, spec.objective))
-        algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
-        if getattr(objective, "kind", None) == "pareto":
+        algorithm = spec.algorithm or default_algorithm(objective.kind)
+        if objective.kind == "pareto":
             checked("algorithm", lambda: check_pareto_algorithm(algorithm))
         if isinstance(objective, MultiObjective) and spec.warm_start != "none":
-            raise InvalidSpec("warm_start", f"--warm-start {spec.warm_start} needs a single --metric: the scores of an "
-                                            "--objective are relative to each campaign's first trial")
+            raise InvalidSpec("warm_start", f"`warm_start` {spec.warm_start} needs a single `metric`: the scores of an "
+                                            "`objective` are relative to each campaign's first trial")
         if spec.warm_start not in WARM_STARTS:
-            raise InvalidSpec("warm_start", f"--warm-start {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
+            raise InvalidSpec("warm_start", f"`warm_start` {spec.warm_start!r}: choose {' or '.join(WARM_STARTS)}")
         if not 0 <= spec.seed < SEED_LIMIT:  # the history stores it as a signed 64-bit integer
             raise InvalidSpec("seed", f"the seed must be from 0 to 2^63 - 1, not {spec.seed}")
         for name, field, value in (("budget", "budget", spec.budget), ("repeats", "repeats", spec.repeats),
@@ -160,21 +172,22 @@ class Campaign:
                 raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
                                             f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
                                             "its hyperparameter per_stratum")
-        return runner, objective
+        return runner, objective, tuner
 
     @classmethod
     def create(cls, history: History, spec: CampaignSpec, runner: Runner | None = None,
                executor: Executor | None = None, *, origin: str = "cli", state: str = "running",
-               executor_kind: str | None = None) -> Campaign:
+               executor_kind: str | None = None, remote: bool = False) -> Campaign:
         """A new campaign, recorded once ``prepare`` found nothing wrong with it. ``executor_kind`` is where a
-        queued campaign is to be measured (its driver, not its creator, makes the executor)."""
-        runner, objective = cls.prepare(spec, runner, executor, executor_kind)
-        algorithm = spec.algorithm or default_algorithm(getattr(objective, "kind", None))
+        queued campaign is to be measured (its driver, not its creator, makes the executor), and ``remote``
+        whether that executor places measurements by their resources elsewhere (a cluster)."""
+        runner, objective, tuner = cls._checked(spec, runner, executor, remote)
+        algorithm = spec.algorithm or default_algorithm(objective.kind)
         features = record_fingerprint(history, runner)
         if spec.warm_start == "similar":
             checked("warm_start", lambda: _similar(history, runner, objective.metric, features, spec.budget))
         record = history.create_campaign(
-            space_name=runner.space.name,
+            space_name=runner.label(),
             space_fingerprint=runner.space.fingerprint(),
             space=runner.space.to_dict(),
             runner=runner.name,
@@ -182,9 +195,10 @@ class Campaign:
             workload_name=runner.workload.name,
             workload_fingerprint=runner.workload.fingerprint(),
             workload=runner.workload.to_dict(),
-            device=getattr(runner, "device", runner.name),
+            device=runner.device,
             algorithm=algorithm,
             algorithm_params=dict(spec.algorithm_params),
+            resolved_params=tuner.resolved_params(),
             objective_metric=objective.metric,
             objective_direction=objective.direction,
             objective=objective.spec() if isinstance(objective, MultiObjective) else None,
@@ -202,7 +216,9 @@ class Campaign:
             driver_host=socket.gethostname() if state == "running" else None,
             driver_pid=os.getpid() if state == "running" else None,
         )
-        return cls(history, record, runner, objective, executor)
+        campaign = cls(history, record, runner, objective, executor)
+        campaign._tuner = tuner  # built once, by the checks: the same seed and hyperparameters
+        return campaign
 
     @classmethod
     def resume(cls, history: History, campaign_id: int, executor: Executor | None = None,
@@ -242,7 +258,7 @@ class Campaign:
                                exclude=rec.workload_fingerprint)
             self.tuner.measure_first(similar["first"])
         adaptive = rec.adaptive
-        pareto = getattr(self.objective, "kind", None) == "pareto"
+        pareto = self.objective.kind == "pareto"
         trials = history.trials(rec.id, measurements=adaptive or pareto)
         if adaptive:
             trials = settle(trials, self.objective, history)
@@ -295,7 +311,7 @@ class Campaign:
             raise HostUnavailable(f"campaign {rec.id} {note}") from e
         finally:
             self.runner.close()
-            getattr(self.executor, "close", lambda: None)()
+            self.executor.close()
         self._record_executor()  # with the nodes its trials ran on
         history.finish_campaign(rec.id, "cancelled" if outcome.stopped else "finished", outcome.note)
         summary = self.summary()
@@ -307,7 +323,7 @@ class Campaign:
         """Where the trials are measured, as the executor found it: its kind, the cluster, the workers in
         flight (and why fewer than asked), and what each measurement holds of a node."""
         self.history.set_executor(self.id, {**(self.record.executor or {}), **self.executor.describe(),
-                                            "per_task": getattr(self.runner, "resources", dict)()})
+                                            "per_task": self.runner.resources()})
 
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
@@ -321,7 +337,7 @@ def record_fingerprint(history: History, runner: Runner) -> dict[str, Any] | Non
     known = history.fingerprints().get(key)
     if known is not None:
         return known["features"]
-    told = getattr(runner, "workload_fingerprint", lambda: None)()
+    told = runner.workload_fingerprint()
     if told is None:
         return None
     history.add_fingerprint(workload_name=runner.workload.name, workload_fingerprint=key,
@@ -331,18 +347,18 @@ def record_fingerprint(history: History, runner: Runner) -> dict[str, Any] | Non
 
 def _similar(history: History, runner: Runner, metric: str, features: Mapping[str, Any] | None, budget: int,
              exclude: str | None = None) -> dict[str, Any]:
-    """What --warm-start similar measures first, and why: the nearest other workloads and their
+    """What `warm_start` similar measures first, and why: the nearest other workloads and their
     near-optimal configurations (``tuner.workloads.recommend``)."""
-    from tuner.workloads import recommend, similar_configs
+    from storetune.tuner.analysis.workloads import recommend, similar_configs
 
     if features is None and runner.name == "dataset":  # a table's workload cannot be traced after the fact
-        raise ValueError(f"--warm-start similar needs the fingerprint of workload {runner.workload.name}, and this "
+        raise ValueError(f"`warm_start` similar needs the fingerprint of workload {runner.workload.name}, and this "
                          "table ships none (a dataset brings its workloads' fingerprints in a fingerprints.json "
-                         "beside its table, as datasets/loop-storage-v3 does): use --warm-start same")
+                         "beside its table, as datasets/loop-storage-v3 does): use `warm_start` same")
     if features is None:
-        raise ValueError(f"--warm-start similar needs the fingerprint of workload {runner.workload.name}, and the "
+        raise ValueError(f"`warm_start` similar needs the fingerprint of workload {runner.workload.name}, and the "
                          "history has none: record it with storetune fingerprint (--trace, or --workload on a device) "
-                         "and --db, or use --warm-start same")
+                         "and --db, or use `warm_start` same")
     found = recommend(history, features, runner.space, k=SIMILAR_WORKLOADS, within=SIMILAR_WITHIN, metric=metric,
                       exclude=[exclude or runner.workload.fingerprint()])
     first = similar_configs(found, runner.space, similar_first(budget))
@@ -354,18 +370,14 @@ def _similar(history: History, runner: Runner, metric: str, features: Mapping[st
 def _driver_runner(name: str, settings: Any, executor: Executor | None) -> Runner:
     """The runner the driver holds. When the executor measures elsewhere (Ray), a runner that sets a
     device up is built as a dry run: the driver needs its space, workload and settings, not a disk."""
-    from runners import runner_class
-
-    if getattr(executor, "remote", False) and "dry_run" in inspect.signature(runner_class(name)).parameters:
-        return make_runner(name, settings, dry_run=True, echo=lambda _line: None)
-    return make_runner(name, settings)
+    return inspected_runner(name, settings) if executor is not None and executor.remote else make_runner(name, settings)
 
 
 def _refuse_parallel_if_exclusive(runner: Runner, executor: Executor | None, batch_size: int = 1,
-                                  executor_kind: str | None = None) -> None:
-    if (executor_kind or getattr(executor, "kind", "local")) == "ray":
-        return  # the cluster schedules a disk's measurements by its resources: one per loop slot or disk
-    if getattr(runner, "exclusive", False) and max(getattr(executor, "workers", 1), batch_size) > 1:
+                                  remote: bool = False) -> None:
+    if remote or (executor is not None and executor.remote):
+        return  # a cluster places a disk's measurements by their resources: one per loop slot or disk
+    if runner.exclusive and max(executor.workers if executor is not None else 1, batch_size) > 1:
         raise ValueError(f"the {runner.name} runner measures one configuration at a time: parallel workers "
                          "would share one disk and disturb each other's measurements")
 
@@ -379,15 +391,17 @@ def _refuse_if_driven_elsewhere(record: CampaignView, handed_by: int | None = No
         raise ValueError(f"campaign {record.id} is still being run by {who}; stop it first")
 
 
-# What a StoreTune driver's command line holds: `storetune ...`, `python -m api.cli ...` (the same command
-# without its script: judged dead once, so a second driver was let in), a service's worker `-m api.worker`.
-DRIVER_MARKS = (b"storetune", b"api.cli", b"api.worker", b"tuner")
+# What every StoreTune driver's command line holds, whoever started it: the package's own name (the `storetune`
+# script, `python -m storetune.api.cli.main`, a service's `-m storetune.api.service.worker`). A caller that
+# starts drivers otherwise passes marks of its own.
+DRIVER_MARKS = (b"storetune",)
 
 
-def driver_alive(host: str | None, pid: int | None) -> bool:
+def driver_alive(host: str | None, pid: int | None, marks: tuple[bytes, ...] = DRIVER_MARKS) -> bool:
     """Is the driver recorded for a running campaign alive? The one liveness rule of the CLI and the
     service. A driver on another host cannot be judged from here, so it counts as alive; a running
-    campaign with no driver recorded is being handed to one (alive too)."""
+    campaign with no driver recorded is being handed to one (alive too). A live process is a driver if its
+    command line holds one of ``marks`` (a reused pid, or a zombie, is not)."""
     if pid is None or host != socket.gethostname():
         return True
     try:
@@ -397,7 +411,7 @@ def driver_alive(host: str | None, pid: int | None) -> bool:
         return False
     except OSError:
         return True  # cannot tell: err on the side of not driving one campaign twice
-    return any(mark in cmdline for mark in DRIVER_MARKS)  # a reused pid or a zombie is not a driver
+    return any(mark in cmdline for mark in marks)
 
 
 def _labelled_twice(space: SearchSpace, fixed: dict[str, Any]) -> str | None:
@@ -418,7 +432,7 @@ def dry_run(spec: CampaignSpec, runner: Runner, evaluations: int,
     with ``dry_run``: it prints its commands and touches nothing) and recorded nowhere. Returns how
     many evaluations were shown; the caller closes the runner."""
     runner, objective = Campaign.prepare(spec, runner)
-    tuner = make_tuner(spec.algorithm or default_algorithm(getattr(objective, "kind", None)), runner.space, seed=spec.seed, direction=objective.direction,
+    tuner = make_tuner(spec.algorithm or default_algorithm(objective.kind), runner.space, seed=spec.seed, direction=objective.direction,
                        params=spec.algorithm_params)
     budget = min(evaluations, spec.budget)
     run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=objective, store=MemoryStore(),

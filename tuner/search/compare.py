@@ -14,18 +14,22 @@ from typing import Any
 
 import numpy as np
 
-from runners import Runner, Status, make_runner
-from search_spaces import Config
-from tuner.analysis import best_trial, json_safe
-from tuner.campaign import InvalidSpec, checked
-from tuner.convergence import EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve
-from tuner.executor import Executor, ExecutorLost, LocalExecutor, worker_runner
-from tuner.history import History
-from tuner.loop import MemoryStore, TrialResult, run_loop
-from tuner.models import utcnow
-from tuner.objective import Objective
-from tuner.views import TrialView
-from tuner.registry import algorithm_target, make_tuner
+from storetune.runners import Runner, Status, make_runner
+from storetune.search_spaces import Config
+from storetune.tuner.analysis.summary import best_trial, json_safe
+from storetune.tuner.search.campaign import InvalidSpec, checked
+from storetune.tuner.analysis.convergence import (
+    EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve,
+)
+from storetune.tuner.execution.jobs import Executor, ExecutorLost, worker_runner
+from storetune.tuner.execution.local import LocalExecutor
+from storetune.tuner.history.store import History
+from storetune.tuner.history.memory import MemoryStore
+from storetune.tuner.search.loop import TrialResult, run_loop
+from storetune.tuner.history.models import utcnow
+from storetune.tuner.objectives.objective import Objective
+from storetune.tuner.history.views import TrialView
+from storetune.tuner.algorithms.registry import algorithm_target, make_tuner
 
 FIRST_SEED_LIMIT = 2**62  # the seeds after it stay within the history's signed 64-bit integers
 OVERHEAD_WINDOW = 10  # evaluations averaged for "ask+tell at the budget's end"
@@ -53,14 +57,14 @@ class Variant:
             for a in assignments:
                 key, sep, value = a.partition("=")
                 if not sep or not key:
-                    raise ValueError(f"--algorithms {item!r}: write hyperparameters as {name}:name=value")
+                    raise ValueError(f"`algorithms` {item!r}: write hyperparameters as {name}:name=value")
                 params.append((key, value))
             variants.append(cls(name, tuple(params)))
         labels = [v.label for v in variants]
         if not variants:
-            raise ValueError("--algorithms names no algorithm")
+            raise ValueError("`algorithms` names no algorithm")
         if len(set(labels)) != len(labels):
-            raise ValueError(f"--algorithms lists a variant twice: {', '.join(labels)}")
+            raise ValueError(f"`algorithms` lists a variant twice: {', '.join(labels)}")
         return variants
 
 
@@ -127,7 +131,7 @@ def run_seed(task: SeedTask) -> SeedRun:
     if outcome.stopped:
         note = f"stopped at its first near-optimal configuration, evaluation {hit[0]} of {task.budget}"
     return SeedRun(task.variant, task.seed, store.trials(measurements=True), outcome.overhead_s,
-                   getattr(tuner, "diversity", None), note=note)
+                   tuner.diversity, note=note)
 
 
 class Comparison:
@@ -143,18 +147,18 @@ class Comparison:
         """The table's runner and the objective, after every check: bad input raises ValueError,
         and nothing is written."""
         if not 0 < spec.within <= 1:
-            raise ValueError(f"--within must be in (0, 1], e.g. 0.99 for 'within 1% of the best'; got {spec.within}")
+            raise ValueError(f"`within` must be in (0, 1], e.g. 0.99 for 'within 1% of the best'; got {spec.within}")
         for name, value in (("seeds", spec.seeds), ("budget", spec.budget), ("repeats", spec.repeats)):
             if value < 1:
-                raise ValueError(f"--{name} must be at least 1, not {value}")
+                raise ValueError(f"`{name}` must be at least 1, not {value}")
         if not 0 <= spec.first_seed < FIRST_SEED_LIMIT:
-            raise ValueError(f"--first-seed must be from 0 to 2^62 - 1, not {spec.first_seed}")
+            raise ValueError(f"`first_seed` must be from 0 to 2^62 - 1, not {spec.first_seed}")
         runner = make_runner("dataset", spec.runner_settings)
         size = runner.space.cardinality()
         if spec.budget > size:
             raise InvalidSpec(
                 "budget", f"a budget of {spec.budget} is more than the {size} configurations of {runner.table.name}: "
-                f"every search would measure the whole table; use --budget {size} or less"
+                f"every search would measure the whole table; use `budget` {size} or less"
             )
         objective = checked("metric", lambda: Objective.resolve(runner.metrics(), spec.metric, spec.direction))
         for v in spec.variants:  # unknown algorithms and hyperparameters fail here, before any write
@@ -164,9 +168,10 @@ class Comparison:
 
     @classmethod
     def create(cls, history: History, spec: CompareSpec, *, origin: str = "cli", state: str = "running",
-               executor_kind: str = "local") -> Comparison:
-        """Validate everything, then record the comparison (``executor_kind``: where its seeds are to run)."""
-        runner, objective = cls.prepare(spec)
+               executor_kind: str = "local", prepared: tuple[Runner, Objective] | None = None) -> Comparison:
+        """Validate everything (unless ``prepared`` is what ``prepare`` gave), then record the comparison
+        (``executor_kind``: where its seeds are to run)."""
+        runner, objective = prepared or cls.prepare(spec)
         settings = {
             "executor": executor_kind,
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
@@ -229,7 +234,7 @@ class Comparison:
             self.history.finish_comparison(self.id, "interrupted", None, str(e))
             raise
         finally:
-            getattr(executor, "close", lambda: None)()
+            executor.close()
         results = json_safe(self.summarize(runs))  # JSON has no NaN (PostgreSQL refuses it): None instead
         self.history.finish_comparison(self.id, "finished", results)
         self.runs = runs
@@ -254,7 +259,7 @@ class Comparison:
             space_fingerprint=runner.space.fingerprint(), space=runner.space.to_dict(), runner=runner.name,
             runner_settings=runner.settings(), workload_name=runner.workload.name,
             workload_fingerprint=runner.workload.fingerprint(), workload=runner.workload.to_dict(),
-            device=getattr(runner, "device", runner.name), algorithm=run.variant.algorithm,
+            device=runner.device, algorithm=run.variant.algorithm,
             algorithm_params=dict(run.variant.params), objective_metric=self.objective.metric,
             objective_direction=self.objective.direction, budget=self.spec.budget, seed=run.seed,
             repeats=self.spec.repeats, batch_size=1, comparison_id=self.id, origin=self.origin, note=run.note,

@@ -8,18 +8,18 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from runners import HostUnavailable, Measurement, Runner, Status
-from search_spaces import Config, config_hash
-from search_spaces.status import loss as to_loss
-from tuner.base import Tuner
-from tuner.executor import Executor, Job, LocalExecutor, repeat_seeds
-from tuner.intensify import Standing, incumbent, next_remeasure
-from tuner.objective import MultiObjective, Objective
-from tuner.views import MeasurementView, TrialStore, TrialView
+from storetune.runners import HostUnavailable, Measurement, Runner, Status
+from storetune.search_spaces import Config, config_hash
+from storetune.search_spaces.status import loss as to_loss
+from storetune.tuner.algorithms.base import Tuner
+from storetune.tuner.execution.jobs import Executor, Job, repeat_seeds
+from storetune.tuner.execution.local import LocalExecutor
+from storetune.tuner.objectives.intensify import Standing, incumbent, next_remeasure
+from storetune.tuner.objectives.objective import MultiObjective, Objective
+from storetune.tuner.history.views import TrialStore, TrialView
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def run_loop(
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
         job.trial_id, repeat, m))
-    batches = not getattr(executor, "asynchronous", False) or getattr(tuner, "whole_batches", False)
+    batches = not executor.asynchronous or tuner.whole_batches
     in_flight: dict[int, TrialView] = {}
     ask_share: dict[int, float] = {}
     exhausted = False
@@ -243,50 +243,3 @@ class _Races:
     def next(self, busy: set[int]) -> TrialView | None:
         chosen = next_remeasure(self._standings.values(), self.objective.direction, self.max_repeats, busy)
         return None if chosen is None else self._trials[chosen]
-
-
-@dataclass
-class _MemoryTrial:
-    view: TrialView
-    measurements: list[MeasurementView] = field(default_factory=list)
-
-
-class MemoryStore:
-    """Trials kept in memory, for loops whose history is written in one go at the end (the
-    offline comparison's seeds). It hands out the same views as the SQL history."""
-
-    def __init__(self) -> None:
-        self._trials: list[_MemoryTrial] = []
-
-    def add_trials(self, campaign_id: int, configs: Sequence[Config], seeds: Sequence[int],
-                   retry_of: Sequence[int | None] = ()) -> list[TrialView]:
-        retries = list(retry_of) or [None] * len(configs)
-        start = len(self._trials)
-        new = [
-            TrialView(id=start + i + 1, campaign_id=campaign_id, number=start + i, config=c.to_dict(),
-                      config_hash=config_hash(c), status=Status.PENDING.value, reason=None, value=None, seed=s,
-                      retry_of=r)
-            for i, (c, s, r) in enumerate(zip(configs, seeds, retries))
-        ]
-        self._trials += [_MemoryTrial(v) for v in new]
-        return new
-
-    def _update(self, trial_id: int, **values: Any) -> None:
-        t = self._trials[trial_id - 1]
-        t.view = dataclasses.replace(t.view, **values)
-
-    def start_trials(self, trial_ids: Sequence[int]) -> None:
-        for i in trial_ids:
-            self._update(i, status=Status.RUNNING.value)
-
-    def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
-        t = self._trials[trial_id - 1]
-        t.measurements.append(MeasurementView.of_measurement(repeat, m))
-        t.view = dataclasses.replace(t.view, runs=t.view.runs + 1)
-
-    def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None:
-        self._update(trial_id, status=status.value, value=value, reason=reason)
-
-    def trials(self, campaign_id: int = 0, *, measurements: bool = False) -> list[TrialView]:
-        return [dataclasses.replace(t.view, measurements=tuple(t.measurements) if measurements else None)
-                for t in self._trials]

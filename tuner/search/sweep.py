@@ -19,17 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from runners import Measurement, Status
-from runners.device.personalities import job_version
-from runners.device.runner import PROTOCOL
-from runners.settings import DeviceSettings
-from runners.tables import load_table
-from search_spaces import load_space
-from tuner.campaign import Campaign, CampaignSpec
-from tuner.grid import GridSearch
-from tuner.history import History
-from tuner.loop import TrialResult, trial_seed
-from tuner.objective import Objective
+from storetune.runners import Measurement, Status
+from storetune.runners.device.personalities import job_version
+from storetune.runners.device.runner import PROTOCOL
+from storetune.runners.settings import DeviceSettings
+from storetune.runners.tables import load_table
+from storetune.search_spaces import load_space
+from storetune.tuner.search.campaign import Campaign, CampaignSpec
+from storetune.tuner.algorithms.grid import GridSearch
+from storetune.tuner.history.store import History
+from storetune.tuner.search.loop import TrialResult, trial_seed
+from storetune.tuner.objectives.objective import Objective
 
 METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_mb_per_s", "write_mb_per_s",
            "lat_mean_us", "lat_p99_us", "lat_p999_us", "read_lat_mean_us", "read_lat_p99_us", "write_lat_mean_us",
@@ -37,7 +37,7 @@ METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_m
 DIRECTIONS = {m: ("min" if "lat" in m else "max") for m in METRICS}
 MEASUREMENTS = "measurements.csv"
 # what a manifest written before these settings existed measured with
-LEGACY_SETTINGS = {"protocol": 1, "jobs": 1, "warmup_runs": 0, "dirty_limit_mib": 0}
+LEGACY_SETTINGS = {"protocol": 1, "jobs": 1, "warmup_runs": 0, "dirty_limit_mib": 0, "hardware": None}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from typing import Annotated, Any, Literal
 
@@ -10,29 +9,25 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from api.deps import Auth, CampaignId, PagingDep, ServiceDep, TrialNumber
-from api.schemas import (
-    Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, ParetoSet, Progress, TrialDetail,
-    TrialPublic, public_trials,
+from storetune.api.service.deps import Auth, CampaignId, PagingDep, ServiceDep, TrialNumber
+from storetune.api.service.schemas import (
+    Best, CampaignCreate, CampaignPublic, Convergence, NearOptimal, Objective, Page, ParetoSet, Progress,
+    TrialDetail, TrialPublic,
 )
-from api.service import Refused, apply_policy, check_stored, in_json_terms
-from runners import RUNNERS, Status, make_runner, runner_class, settings_model
-from tuner import Campaign, CampaignSpec
-from tuner.analysis import best_trial, campaign_best, campaign_convergence, held_out, near_optimal_trials
-from tuner.base import HyperparameterError, parse_params
-from tuner.campaign import InvalidSpec, driver_alive
-from tuner.objective import MultiObjective, objective_kind, objective_metrics
-from tuner.registry import algorithm_class, algorithm_target, default_algorithm
-from tuner.views import CampaignView, TrialView
+from storetune.api.public import public_trials
+from storetune.api.fields import json_terms, plain
+from storetune.api.service.policy import Refused, apply_policy, check_stored
+from storetune.runners import RUNNERS, Status, inspected_runner, settings_model
+from storetune.tuner import Campaign, CampaignSpec
+from storetune.tuner.analysis.summary import (
+    best_trial, campaign_best, campaign_convergence, held_out, near_optimal_trials,
+)
+from storetune.tuner.algorithms.base import HyperparameterError, parse_params
+from storetune.tuner.search.campaign import InvalidSpec, driver_alive
+from storetune.tuner.objectives.objective import MultiObjective, objective_kind, table_metric
+from storetune.tuner.algorithms.registry import algorithm_class, algorithm_target, default_algorithm
+from storetune.tuner.history.views import CampaignView, TrialView
 
-
-# the command line's options that the layers below name in their messages, as this request's JSON paths
-CAMPAIGN_FIELDS = {
-    "--context": ("runner_settings", "context"), "--dataset": ("runner_settings", "dataset"),
-    "--metric": ("metric",), "--direction": ("direction",), "--objective": ("objective",), "--budget": ("budget",),
-    "--seed": ("seed",), "--repeats": ("repeats",), "--max-repeats": ("max_repeats",), "--parallel": ("parallel",),
-    "--fix": ("fix",), "--param": ("algorithm_params",), "--algorithm": ("algorithm",), "--warm-start": ("warm_start",),
-}
 
 router = APIRouter(prefix="/campaigns", tags=["campaigns"])
 
@@ -61,7 +56,7 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
         id=c.id, state=c.state, cancel_requested=c.cancel_requested, origin=c.origin, note=c.note,
         created_at=c.created_at, finished_at=c.finished_at, runner=c.runner, runner_settings=c.runner_settings,
         space=c.space_name, workload=c.workload_name, device=c.device, algorithm=c.algorithm,
-        algorithm_params=c.algorithm_params, objective=Objective(metric=c.objective_metric,
+        algorithm_params=c.algorithm_params, resolved_params=c.resolved_params, objective=Objective(metric=c.objective_metric,
                                                                  direction=c.objective_direction),  # type: ignore[arg-type]
         objective_spec=c.objective,
         budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, parallel=c.batch_size,
@@ -93,10 +88,9 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
     if body.runner not in RUNNERS:
         raise Refused(("body", "runner"), f"unknown runner {body.runner!r}; known: {', '.join(RUNNERS)}")
     values = apply_policy(svc.settings, body.runner, body.runner_settings)
-    if body.objective is not None and body.runner == "dataset" and not values.get("metric"):
-        # a table with two objectives loads with one named; the others are kept as metrics
+    if body.runner == "dataset" and not values.get("metric"):
         try:
-            values = {**values, "metric": next(iter(objective_metrics(body.objective)), None)}
+            values = {**values, "metric": table_metric(None, body.objective)}
         except ValueError as e:
             raise Refused(("body", "objective"), str(e)) from None
     settings = parse_settings_or_refuse(body.runner, values)
@@ -112,14 +106,12 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
         parse_params(algorithm, algorithm_class(algorithm).Params, body.algorithm_params)
     except HyperparameterError as e:
         raise Refused(("body", "algorithm_params", e.name), str(e)) from None
-    options = {"dry_run": True, "echo": lambda _line: None} if "dry_run" in inspect.signature(
-        runner_class(body.runner)).parameters else {}  # inspect the device runner; its worker sets the device up
-    try:
-        runner = make_runner(body.runner, settings, **options)
+    try:  # looked at, not set up: the device runner's worker sets its device up
+        runner = inspected_runner(body.runner, settings)
     except (ValueError, LookupError, OSError) as e:  # an unknown space is a KeyError; a missing file, OSError
         message = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
         where = ("space",) if "search space" in message and "space" in settings_model(body.runner).model_fields else ()
-        message, named = in_json_terms(message, CAMPAIGN_FIELDS)
+        message, named = json_terms(message, CampaignCreate.model_fields)
         raise Refused(("body", *(named or ("runner_settings", *where))), message) from None
     executor = executor_kind(svc, body.executor)
     warnings = list(runner.notes())
@@ -132,9 +124,9 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
                         batch_size=body.parallel, warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
     try:
         campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued",
-                                   executor_kind=executor)
+                                   executor_kind=executor, remote=executor == "ray")
     except InvalidSpec as e:
-        raise Refused(("body", e.field), in_json_terms(str(e), CAMPAIGN_FIELDS)[0]) from None
+        raise Refused(("body", e.field), json_terms(str(e), CampaignCreate.model_fields)[0]) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/campaigns/{campaign.id}"
     return public(svc, campaign.record).model_copy(update={"warnings": warnings})
@@ -226,7 +218,7 @@ def resume_campaign(campaign_id: CampaignId, svc: ServiceDep) -> CampaignPublic:
     if c.state not in states:
         raise HTTPException(409, f"campaign {campaign_id} is {c.state}: only a cancelled, interrupted or failed "
                                  "campaign (or one whose driver died) can be resumed")
-    if svc.scheduler.holds("campaign", campaign_id):  # its worker is ending: one driver at a time
+    if not svc.scheduler.released("campaign", campaign_id):  # its worker is ending: one driver at a time
         raise HTTPException(409, f"campaign {campaign_id} is {c.state}, and its worker is still ending; try again "
                                  "in a few seconds")
     check_stored(svc.settings, c.runner, c.runner_settings, c.batch_size)  # a CLI campaign meets the server's policy
@@ -245,7 +237,10 @@ def delete_campaign(campaign_id: CampaignId, svc: ServiceDep) -> Response:
     if c.comparison_id is not None:
         raise HTTPException(409, f"campaign {campaign_id} is a seed of comparison {c.comparison_id}; it is part of "
                                  "that comparison's results")
-    if svc.scheduler.holds("campaign", campaign_id):  # its worker is ending: it may still write
+    if c.state not in DELETABLE:
+        raise HTTPException(409, f"campaign {campaign_id} is {c.state}: cancel it first (only a finished, "
+                                 "cancelled, interrupted or failed campaign can be deleted)")
+    if not svc.scheduler.released("campaign", campaign_id):  # its worker is ending: it may still write
         raise HTTPException(409, f"campaign {campaign_id} is {c.state}, and its worker is still ending; try again "
                                  "in a few seconds")
     if not svc.history.delete_campaign(campaign_id, DELETABLE):
@@ -271,7 +266,7 @@ def get_trial(campaign_id: CampaignId, number: TrialNumber, svc: ServiceDep) -> 
     try:
         t = svc.history.trial(campaign_id, number)
     except LookupError as e:
-        raise HTTPException(404, str(e)) from None
+        raise HTTPException(404, plain(str(e))) from None
     return TrialDetail(**public_trials(svc.history, [t])[0], measurements=[m.__dict__ for m in t.measurements or ()])
 
 
@@ -296,7 +291,7 @@ def near_optimal(campaign_id: CampaignId, svc: ServiceDep,
 def get_pareto(campaign_id: CampaignId, svc: ServiceDep) -> ParetoSet:
     """A Pareto campaign's non-dominated trials so far, computed from every metric the history keeps, and
     their hypervolume against the worst value of each metric measured (the reference point returned)."""
-    from tuner.pareto import pareto_set
+    from storetune.tuner.analysis.pareto import pareto_set
 
     c = _campaign(svc, campaign_id)
     if not c.objective or c.objective.get("kind") != "pareto":
@@ -313,7 +308,7 @@ def get_importance(campaign_id: CampaignId, svc: ServiceDep,
     ATC'18 regression), type-II ANOVA share and random-forest variance share on the succeeded trials, most
     important first; on a replayed table, the same analysis on the whole table and the rank agreement.
     409 while there are too few succeeded trials (the message says how many it needs)."""
-    from tuner.importance import of_campaign
+    from storetune.tuner.analysis.importance import of_campaign
 
     _campaign(svc, campaign_id)
     key = ("importance", campaign_id, seed, svc.history.trials_version(campaign_id))
@@ -322,7 +317,7 @@ def get_importance(campaign_id: CampaignId, svc: ServiceDep,
         try:
             body = json.dumps(of_campaign(svc.history, campaign_id, seed=seed), allow_nan=False).encode()
         except ValueError as e:  # too few succeeded trials for the regression, or none yet
-            raise HTTPException(409, str(e)) from None
+            raise HTTPException(409, plain(str(e))) from None
         svc.cache.put(key, body)
     return Response(body, media_type="application/json")
 
@@ -348,8 +343,8 @@ def campaign_report(campaign_id: CampaignId, svc: ServiceDep,
                     within: Annotated[float, Query(gt=0, le=1, description="Near-optimal share of the best.")] = 0.99
                     ) -> HTMLResponse:
     """The web report of the campaign; while it runs, the page redraws itself every few seconds."""
-    from api.report import page
-    from tuner.report import campaign_data
+    from storetune.api.report.page import page
+    from storetune.tuner.analysis.report import campaign_data
 
     _campaign(svc, campaign_id)
     key = ("report-page", campaign_id, within, svc.history.campaign(campaign_id).state,
@@ -366,8 +361,8 @@ def campaign_report(campaign_id: CampaignId, svc: ServiceDep,
 def campaign_report_data(campaign_id: CampaignId, svc: ServiceDep,
                          within: Annotated[float, Query(gt=0, le=1)] = 0.99) -> Response:
     """What the live report redraws: its figures (plotly JSON) and tables, recomputed when a trial changes."""
-    from api.report import payload
-    from tuner.report import campaign_data
+    from storetune.api.report.page import payload
+    from storetune.tuner.analysis.report import campaign_data
 
     _campaign(svc, campaign_id)
     key = ("report", campaign_id, within, svc.history.campaign(campaign_id).state,

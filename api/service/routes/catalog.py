@@ -10,13 +10,14 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from api.deps import PagingDep, ServiceDep
-from api.schemas import AlgorithmPublic, DatasetPublic, Page, RunnerPublic, SpaceSummary
-from runners import SETTINGS
-from search_spaces import list_spaces, load_space
-from tuner import ALGORITHMS, SEARCH_ALGORITHMS
-from tuner.base import params_schema
-from tuner.registry import algorithm_class
+from storetune.api.service.deps import PagingDep, ServiceDep
+from storetune.api.service.schemas import AlgorithmPublic, DatasetPublic, Page, RunnerPublic, SpaceSummary
+from storetune.runners.tables import has_header
+from storetune.runners import SETTINGS
+from storetune.search_spaces import list_spaces, load_space
+from storetune.tuner import ALGORITHMS, SEARCH_ALGORITHMS
+from storetune.tuner.algorithms.base import params_schema
+from storetune.tuner.algorithms.registry import algorithm_class
 
 router = APIRouter(tags=["catalog"])
 
@@ -87,7 +88,7 @@ def _tables(roots: list[Path]) -> list[DatasetPublic]:
                 seen.add(folder)
                 size = sum(p.stat().st_size for p in folder.glob("*.csv"))
                 out.append(DatasetPublic(path=str(folder), name=folder.name, kind="dataset", size_bytes=size))
-            elif path not in seen:
+            elif path not in seen and has_header(path):  # a table, not a latency CDF or a trace
                 seen.add(path)
                 out.append(DatasetPublic(path=str(path), name=path.stem, kind="table", size_bytes=path.stat().st_size))
     return out
@@ -95,5 +96,6 @@ def _tables(roots: list[Path]) -> list[DatasetPublic]:
 
 @router.get("/datasets", response_model=Page[DatasetPublic])
 def datasets(svc: ServiceDep, page: PagingDep) -> Page[DatasetPublic]:
-    """The tables under the data directories this server allows (STORETUNE_DATA_DIRS)."""
+    """The tables under the data directories this server allows (STORETUNE_DATA_DIRS): what a campaign or a
+    comparison can replay (a CSV file without a header, such as a latency CDF or a trace, is left out)."""
     return _page(_tables(svc.settings.data_roots()), page)

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from api.deps import ServiceDep
+from storetune.api.service.deps import ServiceDep
 
 router = APIRouter(tags=["service"])
 

@@ -7,21 +7,15 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Response
 from fastapi.responses import HTMLResponse
 
-from api.deps import Auth, ComparisonId, PagingDep, ServiceDep
-from api.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
-from api.routes.campaigns import executor_kind
-from api.service import Refused, apply_policy, in_json_terms
-from tuner.base import HyperparameterError
-from tuner.campaign import InvalidSpec
-from tuner.views import ComparisonView
+from storetune.api.service.deps import Auth, ComparisonId, PagingDep, ServiceDep
+from storetune.api.service.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
+from storetune.api.service.routes.campaigns import executor_kind
+from storetune.api.fields import json_terms
+from storetune.api.service.policy import Refused, apply_policy
+from storetune.tuner.algorithms.base import HyperparameterError
+from storetune.tuner.search.campaign import InvalidSpec
+from storetune.tuner.history.views import ComparisonView
 
-
-# the command line's options that the layers below name in their messages, as this request's JSON paths
-FIELDS = {
-    "--context": ("context",), "--dataset": ("dataset",), "--metric": ("metric",), "--direction": ("direction",),
-    "--budget": ("budget",), "--seeds": ("seeds",), "--within": ("within",), "--repeats": ("repeats",),
-    "--first-seed": ("first_seed",), "--algorithms": ("algorithms",),
-}
 
 router = APIRouter(prefix="/comparisons", tags=["comparisons"])
 
@@ -40,7 +34,7 @@ def public(svc: Any, c: ComparisonView) -> ComparisonPublic:
 def _variants(items: list[str | VariantCreate]) -> tuple[Any, ...]:
     """Strings as `storetune compare --algorithms` reads them (one variant each); objects as they
     are, so a value with a comma or a colon stays one value."""
-    from tuner.compare import Variant
+    from storetune.tuner.search.compare import Variant
 
     out = []
     for i, item in enumerate(items):
@@ -62,7 +56,7 @@ def _variants(items: list[str | VariantCreate]) -> tuple[Any, ...]:
 def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Response) -> ComparisonPublic:
     """Queue a comparison: every algorithm runs one seeded campaign per seed on the table, in a
     worker process of the service; the results carry each algorithm's success curve."""
-    from tuner.compare import Comparison, CompareSpec
+    from storetune.tuner.search.compare import Comparison, CompareSpec
 
     values = apply_policy(svc.settings, "dataset", {"dataset": body.dataset, "context": body.context,
                                                     "metric": body.metric})
@@ -79,9 +73,10 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
     except HyperparameterError as e:
         raise Refused(("body", "algorithms"), str(e)) from None
     except InvalidSpec as e:  # the part of the body at fault is known: an unknown metric or algorithm, the budget
-        raise Refused(("body", e.field), in_json_terms(str(e), FIELDS)[0]) from None
+        raise Refused(("body", e.field), json_terms(str(e), ComparisonCreate.model_fields, False)[0]) from None
     except (ValueError, LookupError, OSError) as e:
-        message, named = in_json_terms(e.args[0] if isinstance(e, LookupError) and e.args else str(e), FIELDS)
+        message, named = json_terms(e.args[0] if isinstance(e, LookupError) and e.args else str(e),
+                                    ComparisonCreate.model_fields, False)
         raise Refused(("body", *named), message) from None
     svc.scheduler.wake()
     response.headers["Location"] = f"/comparisons/{comparison.id}"
@@ -135,7 +130,7 @@ def resume_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> Compariso
     if c.state not in ("cancelled", "interrupted", "failed"):
         raise HTTPException(409, f"comparison {comparison_id} is {c.state}: only a cancelled, interrupted or failed "
                                  "comparison can be resumed")
-    if svc.scheduler.holds("comparison", comparison_id):  # its worker is ending: one driver at a time
+    if not svc.scheduler.released("comparison", comparison_id):  # its worker is ending: one driver at a time
         raise HTTPException(409, f"comparison {comparison_id} is {c.state}, and its worker is still ending; try "
                                  "again in a few seconds")
     apply_policy(svc.settings, "dataset", dict(c.runner_settings))  # its tables must be inside the data directories
@@ -151,8 +146,8 @@ def resume_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> Compariso
 @router.get("/{comparison_id}/report", response_class=HTMLResponse, responses={404: {}})
 def comparison_report(comparison_id: ComparisonId, svc: ServiceDep) -> HTMLResponse:
     """The web report of the comparison: success curves beside random search's exact one; live while it runs."""
-    from api.report import page
-    from tuner.report import comparison_data
+    from storetune.api.report.page import page
+    from storetune.tuner.analysis.report import comparison_data
 
     _comparison(svc, comparison_id)
     return HTMLResponse(page(comparison_data(svc.history, comparison_id), plotly_src="/static/plotly.min.js",
@@ -162,8 +157,8 @@ def comparison_report(comparison_id: ComparisonId, svc: ServiceDep) -> HTMLRespo
 @router.get("/{comparison_id}/report/data", responses={404: {}})
 def comparison_report_data(comparison_id: ComparisonId, svc: ServiceDep) -> dict:
     """What the live comparison report redraws."""
-    from api.report import payload
-    from tuner.report import comparison_data
+    from storetune.api.report.page import payload
+    from storetune.tuner.analysis.report import comparison_data
 
     _comparison(svc, comparison_id)
     return payload(comparison_data(svc.history, comparison_id))

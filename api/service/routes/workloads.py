@@ -8,8 +8,9 @@ from typing import Annotated, Any, Literal, Optional
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 
-from api.deps import Auth, ServiceDep
-from api.service import Refused, allowed_path, apply_policy
+from storetune.api.fields import plain
+from storetune.api.service.deps import Auth, ServiceDep
+from storetune.api.service.policy import Refused, allowed_path, apply_policy
 
 router = APIRouter(tags=["workloads"])
 
@@ -34,9 +35,9 @@ class FingerprintCreate(BaseModel):
 
 
 def _trace(svc: Any, path: str, fmt: str | None, field: tuple[str, ...]) -> tuple[Any, dict[str, Any], Any]:
-    from api.workloads import trace_workload
-    from runners.fingerprint import trace_fingerprint
-    from runners.traces import read_trace
+    from storetune.tuner.analysis.workloads import trace_workload
+    from storetune.runners.fingerprint import trace_fingerprint
+    from storetune.runners.traces import read_trace
 
     checked = Path(allowed_path(svc.settings, path, field))
     try:
@@ -49,8 +50,8 @@ def _trace(svc: Any, path: str, fmt: str | None, field: tuple[str, ...]) -> tupl
 def _device(svc: Any, body: FingerprintCreate) -> tuple[Any, dict[str, Any], Any]:
     """A traced run of a device workload, under the server's device policy (the device runs it
     synchronously, a few seconds, in the request's worker thread)."""
-    from api.routes.campaigns import parse_settings_or_refuse
-    from api.workloads import device_fingerprint
+    from storetune.api.service.routes.campaigns import parse_settings_or_refuse
+    from storetune.tuner.analysis.workloads import device_fingerprint
 
     values = apply_policy(svc.settings, "device", {**body.runner_settings, "workload": body.workload})
     settings = parse_settings_or_refuse("device", values)
@@ -64,7 +65,7 @@ def _device(svc: Any, body: FingerprintCreate) -> tuple[Any, dict[str, Any], Any
 def create_fingerprint(body: FingerprintCreate, svc: ServiceDep, response: Response) -> dict[str, Any]:
     """Fingerprint a trace (seed 004's features) and record it in the history, where recommendations
     and --warm-start similar find it; with the windows where the fingerprint shifts."""
-    from runners.fingerprint import changes
+    from storetune.runners.fingerprint import changes
 
     if (body.trace is None) == (body.workload is None):
         raise Refused(("body",), "give a trace, or a device workload to trace (workload and runner_settings)")
@@ -95,8 +96,8 @@ def recommendations(svc: ServiceDep, trace: Annotated[str, Query(description="A 
                     format: Optional[Format] = None) -> dict[str, Any]:
     """The k known workloads nearest to the trace's, their near-optimal configurations, the distance, and
     how often a workload's nearest neighbour's best stayed near-optimal on it where that was measured."""
-    from search_spaces import load_space
-    from tuner.workloads import NoHistory, recommend
+    from storetune.search_spaces import load_space
+    from storetune.tuner.analysis.workloads import NoHistory, recommend
 
     workload, found, _ = _trace(svc, trace, format, ("query", "trace"))
     try:
@@ -107,5 +108,5 @@ def recommendations(svc: ServiceDep, trace: Annotated[str, Query(description="A 
         result = recommend(svc.history, found["features"], target, k=k, within=within, metric=metric,
                            exclude=[workload.fingerprint()])
     except NoHistory as e:
-        raise HTTPException(404, str(e)) from None
+        raise HTTPException(404, plain(str(e))) from None
     return {"workload": workload.name, "ios": found["ios"], **result.to_dict()}

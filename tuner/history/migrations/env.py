@@ -7,7 +7,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
-from tuner.models import Base
+from storetune.tuner.history.models import Base
 
 target_metadata = Base.metadata
 

@@ -1,0 +1,213 @@
+"""What every executor shares: a job (one trial's repeats), measuring it with a runner in any process, the
+Stream and Executor protocols, and the errors that stop a campaign through no configuration's fault. The
+engines are ``local`` (this process, this machine's worker processes) and ``ray`` (a Ray cluster);
+``tuner.execution.make_executor`` picks one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from storetune.runners import HostUnavailable, Measurement, Runner, Status, Workload, raised
+from storetune.search_spaces import Config
+
+log = logging.getLogger(__name__)
+
+Recorder = Callable[["Job", int, Measurement], None]
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ExecutorLost(Exception):
+    """The executor lost what it measures on (a Ray cluster's head went away) through no fault of the
+    configurations: like HostUnavailable, no trial is condemned. The campaign stops with its running
+    trials re-run at its resume; the service queues it until its cluster is back."""
+
+
+_node_name: str | None = None  # this process's name for its machine (a Ray worker's: host/node id)
+
+
+def this_node() -> str:
+    """The machine this process measures on, as measurements name it: the host, or what the executor set."""
+    return _node_name or socket.gethostname()
+
+
+def name_this_node(name: str) -> None:
+    """Set how this worker process names its machine (a Ray node: several may share one host)."""
+    global _node_name
+    _node_name = name
+
+
+def on_node(measurements: list[Measurement], node: str) -> list[Measurement]:
+    """The measurements, each naming the machine that took it (``Measurement.node``)."""
+    return [m if m.node is not None else dataclasses.replace(m, node=node) for m in measurements]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One trial to measure: its configuration and one seed per repeat. A re-measurement (adaptive
+    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has."""
+
+    trial_id: int
+    config: Config
+    seeds: tuple[int, ...]
+    first_repeat: int = 0
+
+
+def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
+    """Independent seeds for the repeats of one trial: repeat k's seed is the same whatever ``repeats`` is
+    (SeedSequence's k-th child), so a re-measurement draws what a longer fixed-repeat trial would have."""
+    states = np.random.SeedSequence(trial_seed).spawn(repeats)
+    return tuple(int(s.generate_state(1)[0]) for s in states)
+
+
+def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | None = None,
+            node: str | None = None) -> list[Measurement]:
+    """Run the job's repeats, stopping at the first that does not succeed; each names ``node`` (default:
+    this machine) as the one that measured it."""
+    node = node or this_node()
+    out: list[Measurement] = []
+    for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
+        try:  # RunnerBase.run raises only HostUnavailable; a runner that only follows the protocol may raise more
+            m = runner.run(job.config, workload, seed=seed)
+        except HostUnavailable:
+            raise
+        except Exception as e:
+            m = raised(runner.name, e)
+        m = on_node([m], node)[0]
+        if record is not None:
+            record(job, repeat, m)
+        out.append(m)
+        if m.status is not Status.SUCCEEDED:
+            break
+    return out
+
+
+class Stream(Protocol):
+    """Jobs in flight on an executor: the campaign loop submits one as another finishes."""
+
+    pending: int  # submitted, not yet handed back by next()
+
+    def submit(self, job: Job) -> None: ...
+
+    def next(self) -> tuple[Job, list[Measurement]]:
+        """The next job to finish, with its measurements (recorded before it is handed back). A job that
+        raises is no longer pending: the loop drains on ``pending`` after a HostUnavailable."""
+        ...
+
+    def drop_queued(self) -> None:
+        """Forget what can still be withdrawn of the jobs submitted (the host cannot measure now); the
+        others are measured and handed back."""
+        ...
+
+
+class Executor(Protocol):
+    kind: str  # local or ray
+    workers: int  # jobs it runs at once
+    asynchronous: bool  # measures jobs side by side: the loop keeps them in flight, not in batches
+    remote: bool  # measures elsewhere, placing each measurement by its resources: the driver sets no device up
+
+    def start(self) -> None:
+        """Get ready: a cluster executor joins its cluster, so its errors come before anything is recorded."""
+        ...
+
+    def fit(self, runner: Runner) -> str | None:
+        """Check the runner's measurements can run here; cap the jobs at once to what there is (a note)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What ran the campaign, for its summary."""
+        ...
+
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
+        """Where the loop submits jobs and takes them back as they finish."""
+        ...
+
+    def run(
+        self, runner: Runner, workload: Workload, jobs: Sequence[Job], record: Recorder | None = None
+    ) -> Iterator[tuple[Job, list[Measurement]]]:
+        """Measure every job; yield each with its measurements as it completes."""
+        ...
+
+    def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """Apply a picklable top-level ``fn`` to every item; yield results as they complete."""
+        ...
+
+    def close(self) -> None:
+        """Release what it holds (its worker processes, its cluster connection); it may start again."""
+        ...
+
+
+_one_thread = False
+
+
+def one_thread_each() -> None:
+    """Workers share the machine's cores: BLAS and torch each get one thread per worker process (set once per
+    process, and inherited by what it starts)."""
+    global _one_thread
+    if _one_thread:
+        return
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    _one_thread = True
+
+
+def run_jobs(stream: Stream, jobs: Sequence[Job], in_flight: int) -> Iterator[tuple[Job, list[Measurement]]]:
+    """Every job through a stream, ``in_flight`` at a time, yielded as each finishes."""
+    queue = iter(jobs)
+    for job in queue:
+        stream.submit(job)
+        if stream.pending >= in_flight:
+            break
+    while stream.pending:
+        yield stream.next()
+        nxt = next(queue, None)
+        if nxt is not None:
+            stream.submit(nxt)
+
+
+def record_all(record: Recorder | None, job: Job, measurements: list[Measurement]) -> None:
+    if record is not None:
+        for repeat, m in enumerate(measurements, start=job.first_repeat):
+            record(job, repeat, m)
+
+
+_WORKER_RUNNERS: dict[str, Runner] = {}
+
+
+def worker_runner(name: str, settings: dict) -> tuple[str, Runner]:
+    """The runner a worker process (the pool's or Ray's) builds once from the declared settings and
+    keeps, with its key. Its table's warnings are not repeated: the driver built it first and showed them."""
+    from storetune.runners import make_runner
+    from storetune.runners.tables import TableWarning
+
+    key = f"{name}:{json.dumps(settings, sort_keys=True, default=str)}"
+    if key not in _WORKER_RUNNERS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TableWarning)
+            _WORKER_RUNNERS[key] = make_runner(name, settings)
+    return key, _WORKER_RUNNERS[key]
+
+
+def worker_measure(name: str, settings: dict, workload: Workload, job: Job,
+                   node: str | None = None) -> list[Measurement]:
+    """A job in a worker process, with its worker's runner, except that one that holds a disk is
+    closed after each job (idle workers live on, and would keep a loop device attached)."""
+    key, runner = worker_runner(name, settings)
+    try:
+        return measure(runner, workload, job, node=node)
+    finally:
+        if runner.resources():
+            _WORKER_RUNNERS.pop(key).close()
