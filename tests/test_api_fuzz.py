@@ -80,10 +80,21 @@ def _formats_a_device(case: Any) -> bool:
     return case.operation.path == "/campaigns" and isinstance(body, dict) and body.get("runner") == "device"
 
 
+def _deletes_the_seeded_campaign(case: Any) -> bool:
+    """DELETE /campaigns/1 would take away the one campaign with trials that the other operations (and the
+    tests below) read; every other id is fuzzed."""
+    if case.method.upper() != "DELETE":
+        return False
+    try:  # the id as FastAPI reads it ("01", " 1", "+1" are 1 too)
+        return int(str((case.path_parameters or {}).get("campaign_id")).strip()) == 1
+    except ValueError:
+        return False
+
+
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 def test_no_operation_answers_a_server_error_or_off_schema(case, service):
-    if _formats_a_device(case):
+    if _formats_a_device(case) or _deletes_the_seeded_campaign(case):
         return
     case.call_and_validate(checks=[not_a_server_error, response_schema_conformance])
 

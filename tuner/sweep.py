@@ -37,7 +37,7 @@ METRICS = ("ops_per_s", "mb_per_s", "read_ops_per_s", "write_ops_per_s", "read_m
 DIRECTIONS = {m: ("min" if "lat" in m else "max") for m in METRICS}
 MEASUREMENTS = "measurements.csv"
 # what a manifest written before these settings existed measured with
-LEGACY_SETTINGS = {"protocol": 1, "jobs": 1, "warmup_runs": 0, "dirty_limit_mib": 0}
+LEGACY_SETTINGS = {"protocol": 1, "jobs": 1, "warmup_runs": 0, "dirty_limit_mib": 0, "hardware": None}
 
 
 @dataclass(frozen=True)
