@@ -59,6 +59,9 @@ class Worker:
     on_ray: bool = False
 
 
+RELEASE_WAIT_S = 10.0  # how long resume or delete waits for a worker that is ending
+
+
 class Scheduler:
     def __init__(self, history: History, database_url: str, max_running: int, comparison_workers: int = 1,
                  cluster: ClusterMonitor | None = None, worker_env: dict[str, str] | None = None):
@@ -106,6 +109,17 @@ class Scheduler:
     def holds(self, kind: str, item: int) -> bool:
         with self._lock:
             return (kind, item) in self.workers
+
+    def released(self, kind: str, item: int, timeout: float = RELEASE_WAIT_S) -> bool:
+        """True once no worker holds it. A worker that was cancelled records its end a moment before its
+        process exits and is settled: wait that moment (up to `timeout`) rather than refuse the caller."""
+        deadline = time.monotonic() + timeout
+        while self.holds(kind, item):
+            if time.monotonic() >= deadline:
+                return False
+            self.wake()
+            time.sleep(0.05)
+        return True
 
     # --- the queue ------------------------------------------------------------------------------
     def adopt(self) -> None:

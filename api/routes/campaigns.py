@@ -226,7 +226,7 @@ def resume_campaign(campaign_id: CampaignId, svc: ServiceDep) -> CampaignPublic:
     if c.state not in states:
         raise HTTPException(409, f"campaign {campaign_id} is {c.state}: only a cancelled, interrupted or failed "
                                  "campaign (or one whose driver died) can be resumed")
-    if svc.scheduler.holds("campaign", campaign_id):  # its worker is ending: one driver at a time
+    if not svc.scheduler.released("campaign", campaign_id):  # its worker is ending: one driver at a time
         raise HTTPException(409, f"campaign {campaign_id} is {c.state}, and its worker is still ending; try again "
                                  "in a few seconds")
     check_stored(svc.settings, c.runner, c.runner_settings, c.batch_size)  # a CLI campaign meets the server's policy
@@ -245,7 +245,10 @@ def delete_campaign(campaign_id: CampaignId, svc: ServiceDep) -> Response:
     if c.comparison_id is not None:
         raise HTTPException(409, f"campaign {campaign_id} is a seed of comparison {c.comparison_id}; it is part of "
                                  "that comparison's results")
-    if svc.scheduler.holds("campaign", campaign_id):  # its worker is ending: it may still write
+    if c.state not in DELETABLE:
+        raise HTTPException(409, f"campaign {campaign_id} is {c.state}: cancel it first (only a finished, "
+                                 "cancelled, interrupted or failed campaign can be deleted)")
+    if not svc.scheduler.released("campaign", campaign_id):  # its worker is ending: it may still write
         raise HTTPException(409, f"campaign {campaign_id} is {c.state}, and its worker is still ending; try again "
                                  "in a few seconds")
     if not svc.history.delete_campaign(campaign_id, DELETABLE):

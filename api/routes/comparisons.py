@@ -135,7 +135,7 @@ def resume_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> Compariso
     if c.state not in ("cancelled", "interrupted", "failed"):
         raise HTTPException(409, f"comparison {comparison_id} is {c.state}: only a cancelled, interrupted or failed "
                                  "comparison can be resumed")
-    if svc.scheduler.holds("comparison", comparison_id):  # its worker is ending: one driver at a time
+    if not svc.scheduler.released("comparison", comparison_id):  # its worker is ending: one driver at a time
         raise HTTPException(409, f"comparison {comparison_id} is {c.state}, and its worker is still ending; try "
                                  "again in a few seconds")
     apply_policy(svc.settings, "dataset", dict(c.runner_settings))  # its tables must be inside the data directories
