@@ -168,8 +168,10 @@ def test_the_pareto_set_from_the_history_is_the_non_dominated_trials(tmp_path, g
     assert f"({reference})" in tables and f"the worst measured, {reference})" in console.export_text()
     assert "<th>best equal-weight score</th>" in tables and "max equal-weight score of Throughput, Latency" in tables
     figures = campaign_figures(data)
-    front = figures["pareto"]["figure"]["data"][1]
+    others, front, cross = figures["pareto"]["figure"]["data"]  # the dominated trials, the front, the reference
     assert len(front["x"]) == len(expected) and sorted(front["x"]) == list(front["x"])
+    assert len(others["x"]) == 36 - len(expected) and "0.35" in others["marker"]["color"]  # faint
+    assert (cross["x"][0], cross["y"][0]) == (-worst[0], worst[1]) and cross["marker"]["symbol"] == "x"
     assert figures["convergence"]["figure"]["layout"]["yaxis"]["title"]["text"].startswith("equal-weight score")
 
 

@@ -97,6 +97,16 @@ def test_the_report_of_a_finished_campaign_and_of_a_comparison(browser, sqlite_u
     assert set(browser.execute_script(kind)) == {"scatter"}
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
+    # a Pareto campaign draws its front: two objectives of the same table, the set joined, the reference marked
+    ss_o = bdbc.parent / "SS-O.csv"
+    pareto = json.loads(run_cli("tune", "--dataset", str(ss_o), "--objective", "pareto:Performance,Cpu",
+                                "--budget", "30", "--seed", "1", "--json", db=sqlite_url, check=True,
+                                ).stdout.splitlines()[-1])["campaign"]
+    out = tmp_path / "pareto.html"
+    run_cli("report", str(pareto), "--out", str(out), db=sqlite_url, check=True)
+    charts = check_page(browser, out.as_uri(), tmp_path / "pareto.png", {"chart-pareto"})
+    assert next(c for c in charts if c["id"] == "chart-pareto")["points"] >= 30 + 1  # every trial and the cross
+
     compare = run_cli("compare", "--dataset", str(bdbc), "--algorithms", "random,ga", "--seeds", "2", "--budget",
                       "20", "--workers", "1", "--json", db=sqlite_url, check=True)
     comparison = json.loads(compare.stdout.splitlines()[-1])["comparison"]

@@ -9,6 +9,7 @@ while the campaign runs and redraws them with ``Plotly.react``).
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 from typing import Any
@@ -120,10 +121,15 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         figures["coefficients"] = _figure(fig, "The ATC'18 regression: each value against its parameter's most "
                                                "common one; an interval that crosses 0 is not a measured effect.")
     if (data.get("pareto") or {}).get("pareto") and len(data["pareto"]["metrics"]) >= 2:
-        figures["pareto"] = _figure(_pareto_figure(data["pareto"]),
-                                    f"Each dot is a succeeded trial{_last(data['pareto'])}; the Pareto set is the "
-                                    "trials no other trial beats in every metric at once: the trade-offs worth "
-                                    "choosing among.")
+        metrics = data["pareto"]["metrics"]
+        for k, (x, y) in enumerate(itertools.combinations(metrics, 2)):  # three metrics: three pairs
+            figures["pareto" if k == 0 else f"pareto_{k}"] = _figure(
+                _pareto_figure(data["pareto"], x, y),
+                f"Each dot is a succeeded trial{_last(data['pareto'])}; the Pareto set is the trials no other trial "
+                "beats in every metric at once: the trade-offs worth choosing among. The cross is the reference "
+                "point the hypervolume is measured from" + ("" if len(metrics) == 2 else
+                                                            f"; a pair of the {len(metrics)} metrics, so some of "
+                                                            "the set lies behind others here") + ".")
     par = data["parallel"]
     if par["lines"]:
         sampled = f" (a seeded sample of {par['lines']:,} of {par['of']:,} trials)" if par["lines"] < par["of"] else ""
@@ -142,25 +148,32 @@ def _last(pareto: dict[str, Any]) -> str:
     return f" (the last {shown:,} of {of:,})" if shown < of else ""
 
 
-def _pareto_figure(pareto: dict[str, Any]) -> go.Figure:
-    """The first two metrics of every succeeded trial, the Pareto set's on top and joined."""
-    x, y = pareto["metrics"][:2]
-    two = len(pareto["metrics"]) == 2  # with a third metric, the set seen on two of them is no front: no line
-    front = sorted(pareto["pareto"], key=lambda p: p["values"][x])
+def _pareto_figure(pareto: dict[str, Any], x: str, y: str) -> go.Figure:
+    """Two metrics of every succeeded trial: the others faint, the Pareto set's on top (joined when the
+    objective has just these two: with a third metric, the set seen on two of them is no front), and the
+    hypervolume's reference point."""
+    two = len(pareto["metrics"]) == 2
+    front = sorted(pareto["pareto"], key=lambda p: (p["values"][x], p["values"][y]))
     ahead = {p["trial"] for p in front}
     rest = [p for p in pareto["points"] if p["trial"] not in ahead]
     better = {m: "lower" if d == "min" else "higher" for m, d in zip(pareto["metrics"], pareto["directions"])}
-    figure = go.Figure([
+    traces = [
         go.Scatter(x=[p["values"][x] for p in rest], y=[p["values"][y] for p in rest], mode="markers",
-                   name="other trials", marker=dict(color="rgba(120,120,120,0.45)"),
+                   name="other trials", marker=dict(color="rgba(120,120,120,0.35)"),
                    text=[f"trial {p['trial']}" for p in rest]),
         go.Scatter(x=[p["values"][x] for p in front], y=[p["values"][y] for p in front],
                    mode="lines+markers" if two else "markers",
                    name=f"Pareto set ({len(front)} trials)",
                    marker=dict(size=9), text=[f"trial {p['trial']}" for p in front]),
-    ], layout=_layout(f"Pareto set: {x} against {y}" + ("" if two else f" (of {len(pareto['metrics'])} metrics: "
-                      "a projection)"), f"{x} ({better[x]} is better)", f"{y} ({better[y]} is better)",
-                      pareto["log_scale"][y]))
+    ]
+    reference = pareto.get("reference_point")
+    if reference:
+        traces.append(go.Scatter(x=[reference[x]], y=[reference[y]], mode="markers", name="reference point",
+                                 marker=dict(symbol="x", size=12, color="black"),
+                                 text=["the worst value of each metric: the hypervolume is measured from here"]))
+    figure = go.Figure(traces, layout=_layout(
+        f"Pareto set: {x} against {y}" + ("" if two else f" (of {len(pareto['metrics'])} metrics)"),
+        f"{x} ({better[x]} is better)", f"{y} ({better[y]} is better)", pareto["log_scale"][y]))
     if pareto["log_scale"][x]:
         figure.update_xaxes(type="log")
     return figure
