@@ -58,7 +58,7 @@ def compare(
     executor.start()  # join the cluster before the comparison is recorded: a refusal leaves nothing behind
     history = open_history(db, migrate=True)
     comparison = Comparison.create(history, spec, prepared=prepared)
-    title = f"comparison {comparison.id} on {comparison.runner.table.name}"
+    title = f"comparison {comparison.id} on {comparison.runner.label()}"
     try:
         with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
             results = comparison.run(executor, on_seed=progress.update)

@@ -255,7 +255,7 @@ class Comparison:
     def _record(self, run: SeedRun) -> int:
         runner = self.runner
         fields = dict(
-            state="finished", finished_at=utcnow(), space_name=runner.space.name,
+            state="finished", finished_at=utcnow(), space_name=runner.label(),
             space_fingerprint=runner.space.fingerprint(), space=runner.space.to_dict(), runner=runner.name,
             runner_settings=runner.settings(), workload_name=runner.workload.name,
             workload_fingerprint=runner.workload.fingerprint(), workload=runner.workload.to_dict(),
@@ -272,7 +272,7 @@ class Comparison:
         algorithms = {label: self._figures(sorted(rs, key=lambda r: r.seed)) for label, rs in runs.items() if rs}
         return {
             "comparison": self.id,
-            "dataset": self.runner.table.name,
+            "dataset": self.runner.label(),
             "objective": self.objective.to_dict(),
             "budget": budget,
             "seeds": self.spec.seeds,
