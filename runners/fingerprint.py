@@ -1,8 +1,8 @@
-"""A workload's fingerprint: the features of seed 004's Table 2, computed from a block I/O trace.
+"""A workload's fingerprint: the features of Zhang and Bhargava's Table 2, computed from a block I/O trace.
 
 Every trace StoreTune reads (``runners.traces``: FlashNet, MSR, MSR CSV) and every traced run on a
 device (``runners.device.blktrace``) becomes a ``Trace``; ``features`` describes it with the
-request-level and window-level features of the self-learning disk scheduler (seed 004, Table 2):
+request-level and window-level features of the self-learning disk scheduler (Zhang and Bhargava, Table 2):
 
 - the number of reads and writes and the read ratio;
 - the distribution of request sizes (mean, quartiles, 90th percentile, and the mean and spread of
@@ -175,7 +175,7 @@ def distance(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> float:
     return float(np.sqrt(np.mean(d**2))) if len(d) else math.inf
 
 
-# --- change detection (seed 004, 3.3.1) ---------------------------------------------------------------
+# --- change detection (Zhang and Bhargava, 3.3.1) ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Change:

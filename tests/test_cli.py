@@ -237,7 +237,8 @@ def test_the_command_listing_shows_each_summary_unbroken():
     """`storetune --help` listed a summary with its docstring's line breaks ("...say where the" and
     "workload's fingerprint shifts" on two lines, however wide the terminal)."""
     listing = run_cli("--help", env={"COLUMNS": "250"}, check=True).stdout
-    assert "record every I/O's latency; say where the workload's fingerprint shifts (seed 004's change detection)." in listing
+    assert ("record every I/O's latency; say where the workload's fingerprint shifts (the change detection of Zhang "
+            "and Bhargava's self-learning disk scheduler).") in listing
     admission = run_cli("admission", "--help", env={"COLUMNS": "250"}, check=True).stdout
     assert "inference, for pays, cutoff and period labels of the test (or validation) part." in admission
 

@@ -35,7 +35,7 @@ def replay(
     as_json: JsonOption = False,
 ) -> None:
     """Replay a block trace on a device with O_DIRECT and record every I/O's latency; say where the
-    workload's fingerprint shifts (seed 004's change detection)."""
+    workload's fingerprint shifts (the change detection of Zhang and Bhargava's self-learning disk scheduler)."""
     from storetune.runners.device.replay import replay_on_device
     from storetune.runners.fingerprint import check_detection
     from storetune.runners.traces import read_trace, write_flashnet

@@ -69,7 +69,7 @@ def fingerprint(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """A workload's features (seed 004's Table 2: reads and writes, request sizes, sequentiality,
+    """A workload's features (Zhang and Bhargava's Table 2: reads and writes, request sizes, sequentiality,
     arrival rate and burstiness, concurrency, think time), from a trace or a short traced run of a
     device workload, and where in the trace they shift.
 

@@ -134,7 +134,7 @@ class MeasurementRecord(Base):
 
 
 class FingerprintRecord(Base):
-    """A workload's features (seed 004's Table 2), measured from a trace, a traced run on a device or
+    """A workload's features (Zhang and Bhargava's Table 2), measured from a trace, a traced run on a device or
     fio's own logs; joined to campaigns by ``workload_fingerprint``, the key of ``runners.Workload``."""
 
     __tablename__ = "fingerprints"

@@ -83,7 +83,7 @@ def _squash(z: float) -> float:
 
 
 class MultiObjective:
-    """An objective over several metrics: a weighted preference, lexicographic priorities (seed 004's UP
+    """An objective over several metrics: a weighted preference, lexicographic priorities (Zhang and Bhargava's UP
     vector, ``rank``), or the Pareto set. Every trial still gets one scalar value (the algorithms need
     one); its raw metrics stay in its measurements, from which the Pareto set and the lexicographic best
     are computed (``tuner/pareto.py``, ``best_trial``).

@@ -63,7 +63,7 @@ def _device(svc: Any, body: FingerprintCreate) -> tuple[Any, dict[str, Any], Any
 
 @router.post("/fingerprints", status_code=201, dependencies=Auth, responses={401: {}, 403: {}, 422: {}})
 def create_fingerprint(body: FingerprintCreate, svc: ServiceDep, response: Response) -> dict[str, Any]:
-    """Fingerprint a trace (seed 004's features) and record it in the history, where recommendations
+    """Fingerprint a trace (Zhang and Bhargava's features) and record it in the history, where recommendations
     and --warm-start similar find it; with the windows where the fingerprint shifts."""
     from storetune.runners.fingerprint import changes
 
