@@ -15,7 +15,7 @@ APT_DEVICES := fio e2fsprogs xfsprogs btrfs-progs gcc liburing-dev blktrace
 # its driver for the web report's browser test (a test tool's own browser download fails here).
 APT_TEST := postgresql docker-compose chromium chromium-driver $(APT_DEVICES)
 
-.PHONY: setup setup-devices demo serve test test-fast test-deploy apt clean
+.PHONY: setup setup-devices demo serve docs test test-fast test-deploy apt clean
 
 setup: $(VENV)/.installed
 
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory apt PKGS=python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[all,test]'
+	$(BIN)/pip install --quiet -e '.[all,test,docs]'
 	@touch $@
 
 setup-devices: setup
@@ -44,6 +44,8 @@ apt:
 TEST_WORKERS ?= 2
 test: setup
 	@$(MAKE) --no-print-directory apt PKGS="$(APT_TEST)"
+	@site=$$(mktemp -d); $(MKDOCS) build --strict --quiet --site-dir $$site 2>&1 | grep -v "^INFO"; \
+	  rc=$${PIPESTATUS[0]}; rm -rf $$site; [ $$rc = 0 ] || { echo "the docs site does not build (make docs)"; exit 1; }
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The container deployment started for real: Debian's Docker engine (started here if none runs, and stopped
@@ -53,6 +55,13 @@ test-deploy: setup
 	@$(MAKE) --no-print-directory apt PKGS="$(APT_DEPLOY)"
 	STORETUNE_TEST_DEPLOY=1 deploy/with-dockerd.sh $(BIN)/pytest -p no:cacheprovider -s -q tests/test_deploy.py \
 	  -k end_to_end --timeout 3600
+
+# The documentation site, built offline into site/ (open site/index.html); the references are generated from
+# the code at each build (docs/gen_ref.py).
+MKDOCS := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs
+docs: setup
+	$(MKDOCS) build --strict --site-dir site
+	@echo "the site is in site/: open site/index.html"
 
 test-fast: setup
 	$(BIN)/pytest -m "not slow and not postgres and not device"
@@ -97,4 +106,4 @@ serve: setup
 	$(BIN)/storetune serve --port $(PORT) --db $${STORETUNE_DATABASE_URL:-sqlite:///$(SERVE_DB)}
 
 clean:
-	rm -rf $(VENV) results .pytest_cache *.egg-info
+	rm -rf $(VENV) results site .pytest_cache *.egg-info
