@@ -128,16 +128,22 @@ def _cli_type(annotation: Any) -> tuple[Any, Any]:
 
 
 def _help(runners: list[str], name: str) -> str:
-    """An option's help: the field's description, with the runners that take it (and its default, if one)."""
-    model = settings_model(runners[0])
-    field = model.model_fields[name]
-    said = (field.description or "").rstrip(".")
-    if said[1:2].islower():  # "The Filebench personality" reads "the Filebench personality" after the colon
-        said = said[0].lower() + said[1:]
-    who = " and ".join(r.capitalize() if i == 0 else r for i, r in enumerate(runners))
-    default = field.get_default(call_default_factory=True) if len(runners) == 1 else None
-    shown = f" (default {default!r})" if default not in (None, [], {}) and not field.is_required() else ""
-    return f"{who} runner{'s' if len(runners) > 1 else ''}: {said}{shown}."
+    """An option's help: the field's description, with the runners that take it (and its default, if one);
+    runners that describe the same setting differently each say theirs."""
+    said: dict[str, list[str]] = {}
+    for runner in runners:
+        text = (settings_model(runner).model_fields[name].description or "").rstrip(".")
+        if text[1:2].islower() or text.startswith("A "):  # "The Filebench personality" reads "the ..." after a colon
+            text = text[0].lower() + text[1:]
+        said.setdefault(text, []).append(runner)
+    parts = []
+    for text, who in said.items():
+        field = settings_model(who[0]).model_fields[name]
+        default = field.get_default(call_default_factory=True) if len(who) == 1 else None
+        shown = f" (default {default!r})" if default not in (None, [], {}) and not field.is_required() else ""
+        parts.append(f"{' and '.join(who)} runner{'s' if len(who) > 1 else ''}: {text}{shown}")
+    joined = "; ".join(parts)
+    return f"{joined[0].upper()}{joined[1:]}."
 
 
 def runner_fields(runners: tuple[str, ...] | None = None) -> dict[str, list[str]]:
