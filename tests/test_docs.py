@@ -56,7 +56,7 @@ def runnable(lines: list[str]) -> list[str]:
         skipped = next((k for k in NOT_RUN if line.startswith(k)), None)
         if skipped:
             continue
-        known = ("export STORETUNE_DATABASE_URL=", ".venv/bin/storetune ", "curl ", "sudo .venv/bin/storetune ")
+        known = ("db=", ".venv/bin/storetune ", "curl ", "sudo .venv/bin/storetune ")
         assert line.startswith(known), f"a command the docs test does not know how to run: {line}"
         run.append(line.removeprefix("sudo "))  # the suite runs as root where it runs the device path
     return run
