@@ -157,7 +157,9 @@ class History:
         record = self.campaign(campaign_id)
         if budget < record.budget:
             raise ValueError(f"campaign {campaign_id}: a budget can grow, not shrink ({record.budget} -> {budget})")
-        self._update_campaign(campaign_id, budget=budget, algorithm_params=dict(algorithm_params))
+        resolved = None if record.resolved_params is None else {**record.resolved_params, **algorithm_params}
+        self._update_campaign(campaign_id, budget=budget, algorithm_params=dict(algorithm_params),
+                              resolved_params=resolved)  # a resume runs the resolved ones
 
     def _update_campaign(self, campaign_id: int, **values: Any) -> None:
         with self.session() as s, s.begin():
