@@ -263,7 +263,7 @@ def test_a_file_system_mkfs_refuses_is_invalid(loop_dir):
         pytest.skip("this mkfs.xfs accepts 16 allocation groups of 18 MiB")
     assert m.status is Status.INVALID and m.reason.startswith("mkfs.xfs refused:")
     # the device's size is the cause, and the reason says what to change (it named only mkfs's words)
-    assert m.reason.endswith("(on a 300 MiB loop device: a larger --loop-size-mib may let it through)")
+    assert m.reason.endswith("(on a 300 MiB loop device: a larger `loop_size_mib` may let it through)")
     # not where the configuration is at fault, whatever the size (mke2fs's and mkfs.btrfs's own words)
     assert r._size_hint("128 byte inodes are too small for inline data; specify larger size") == ""
     assert r._size_hint("ERROR: nodesize too small: 2048 < 4096") == ""
@@ -376,8 +376,8 @@ def test_fileserver_fits_btrfs_on_the_default_device(loop_dir):
 def test_a_run_that_would_fill_the_file_system_is_refused_before_it_starts(loop_dir):
     with pytest.raises(DeviceError, match=r"filebench's webserver with a 15 MiB fileset appends to its log "
                                           r"without bound \(about 100 MiB/s\), so a 10 s run needs a device of at "
-                                          r"least 1600 MiB .*; loop has 1024 MiB: use --loop-size-mib 1600 or a "
-                                          r"smaller --fileset-mib"):
+                                          r"least 1600 MiB .*; loop has 1024 MiB: use `loop_size_mib` 1600 or a "
+                                          r"smaller `fileset_mib`"):
         runner(loop_dir, workload="webserver", engine="filebench", runtime_s=10, loop_size_mib=1024, dry_run=True)
     with pytest.raises(DeviceError, match="fio's fileserver with a 253 MiB fileset needs a device of at least 449 MiB"):
         runner(loop_dir, workload="fileserver", loop_size_mib=400, fileset_mib=256, dry_run=True)
