@@ -105,6 +105,11 @@ def test_service_campaigns_run_on_both_nodes_and_survive_a_node_and_a_service_re
         assert held == [{"campaign": campaign, "state": "running", "workers": 2, "per_task": {},
                          "holds": {"CPU": 2.0}, "notes": running["executor"]["notes"]}]
 
+        # both nodes have measured before one dies (on a loaded machine the worker node's first task starts late)
+        deadline = time.monotonic() + 120
+        while len({n for t in service.trials(campaign) if t["status"] == "SUCCEEDED" for n in t["nodes"]}) < 2:
+            assert time.monotonic() < deadline, Counter(n for t in service.trials(campaign) for n in t["nodes"])
+            time.sleep(0.5)
         os.kill(cluster.worker_raylet(), signal.SIGKILL)  # a worker node dies: its tasks run again on the head
         service.wait(campaign, lambda c: c["progress"]["evaluated"] >= 12, "went on", timeout=120)
         service.kill()  # and the service itself: the next one adopts the campaign
