@@ -26,13 +26,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/storetune
 
-WORKDIR /app
-COPY . /app
-
 # torch comes from PyPI as it is: PyTorch's own CPU-only wheel index (much smaller, no CUDA libraries) is not
 # reachable from where this project is built; where it is, add
 # `--extra-index-url https://download.pytorch.org/whl/cpu` to shrink the image by several GB.
-RUN pip install ".${EXTRAS:+[$EXTRAS]}"
+# The source is installed and removed, but for StoreTune's own datasets (in /app/datasets): a checkout in the
+# working folder would shadow the installed package (its storetune/ folder holds only the namespace's top).
+COPY . /src
+RUN pip install "/src${EXTRAS:+[$EXTRAS]}" \
+ && mkdir -p /app && mv /src/datasets /app/datasets && rm -rf /src
+WORKDIR /app
 
 # Where docker-compose.yml mounts the datasets (STORETUNE_DATA_DIRS).
 RUN mkdir -p /data/datasets /data/shared

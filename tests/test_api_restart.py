@@ -152,7 +152,7 @@ class Service:
 
 
 def workers(db: str, campaign_id: int) -> list[int]:
-    """The live `python -m api.worker campaign <id>` processes of the history ``db`` (which a worker
+    """The live `python -m storetune.api.service.worker campaign <id>` processes of the history ``db`` (which a worker
     gets in its environment, not its argv; a zombie has no cmdline)."""
     found = []
     for entry in os.listdir("/proc"):

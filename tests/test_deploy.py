@@ -274,7 +274,10 @@ def test_the_image_installs_the_device_tools_and_the_project():
     assert "apt-get install" in runs
     apt_words = set(runs.split())
     assert {"fio", "e2fsprogs", "xfsprogs", "btrfs-progs", "util-linux"} <= apt_words, runs
-    assert 'pip install ".${EXTRAS:+[$EXTRAS]}"' in runs and arg_default("EXTRAS") == "all", runs
+    assert 'pip install "/src${EXTRAS:+[$EXTRAS]}"' in runs and arg_default("EXTRAS") == "all", runs
+    # the working folder holds no checkout: its storetune/ folder shadowed the installed namespace, and
+    # `python -m storetune.tuner.execution.ray watch` (the service's cluster watcher) found no storetune.tuner
+    assert "rm -rf /src" in runs and last("WORKDIR") == "/app", runs
     assert any(kw == "COPY" for kw, _ in instructions())
 
 

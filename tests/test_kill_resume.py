@@ -99,7 +99,7 @@ def test_sigkill_a_dataset_replay_then_resume_measures_every_configuration_once(
 
 @pytest.mark.parametrize("launcher", [STORETUNE, [sys.executable, "-m", "storetune.api.cli.main"]], ids=["script", "module"])
 def test_resume_refuses_while_the_driver_is_alive(tmp_path: Path, launcher: list[str]):
-    """Whether the driver runs as `storetune` or as `python -m api.cli` (judged dead once: two drivers then
+    """Whether the driver runs as `storetune` or as `python -m storetune.api.cli.main` (judged dead once: two drivers then
     ran the campaign past its budget)."""
     path = tmp_path / "history.sqlite"
     db = f"sqlite:///{path}"

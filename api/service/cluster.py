@@ -1,7 +1,7 @@
 """The service's Ray cluster: a watcher process that reports its nodes, and (with ``ray_join``) the node
 the service runs on.
 
-Ray never runs inside the service. A child process (``python -m tuner.ray_executor watch ADDRESS``) joins
+Ray never runs inside the service. A child process (``python -m storetune.tuner.execution.ray watch ADDRESS``) joins
 the cluster as a driver and prints its state as a JSON line every two seconds; when the head stops
 answering, it says why and exits, and the monitor starts it again with backoff. So the service knows
 within seconds whether its cluster is there (``ready``), ``GET /cluster`` and ``/health`` show the nodes

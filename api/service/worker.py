@@ -1,6 +1,6 @@
 """A worker process of the service: runs one campaign (or one comparison) to its end.
 
-``python -m api.worker campaign 7 --handed-by PID`` (the history's URL in STORETUNE_DATABASE_URL). The service's scheduler starts one per running
+``python -m storetune.api.service.worker campaign 7 --handed-by PID`` (the history's URL in STORETUNE_DATABASE_URL). The service's scheduler starts one per running
 campaign; it drives the campaign through the same ``Campaign.resume(...).run()`` as
 ``storetune tune --resume``, and is the campaign's only writer. It dies with the service (the
 kernel sends it SIGKILL when its parent dies), so a restarted service finds the campaign RUNNING
@@ -89,7 +89,7 @@ def run_comparison(history, comparison_id: int, comparison_workers: int, handed_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m api.worker")
+    parser = argparse.ArgumentParser(prog="python -m storetune.api.service.worker")
     parser.add_argument("kind", choices=("campaign", "comparison"))
     parser.add_argument("id", type=int)
     parser.add_argument("--db", default=os.environ.get("STORETUNE_DATABASE_URL"),

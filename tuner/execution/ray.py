@@ -17,7 +17,7 @@ An embedded cluster authenticates with a token of its own, passed by the environ
 it starts: Ray's default would write ``~/.ray/auth_token``, after which every plain ``ray start --head``
 of the user's turns token authentication on. Ray is imported here only.
 
-``python -m tuner.ray_executor watch ADDRESS`` prints the cluster's state (``cluster_state``) as one
+``python -m storetune.tuner.execution.ray watch ADDRESS`` prints the cluster's state (``cluster_state``) as one
 JSON line every few seconds: the service reads it from that process, so Ray never runs inside it.
 """
 
@@ -470,5 +470,5 @@ def watch(address: str, interval: float = WATCH_S, out: Any = None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "watch":
-        sys.exit("usage: python -m tuner.ray_executor watch HOST:PORT")
+        sys.exit("usage: python -m storetune.tuner.execution.ray watch HOST:PORT")
     sys.exit(watch(sys.argv[2]))
