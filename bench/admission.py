@@ -1,6 +1,6 @@
 """Benchmark: the admission pipeline on the FlashNet Tencent traces (../shared/datasets/flashnet_tencent).
 
-    .venv/bin/python bench/admission.py [--budget 40]
+    .venv/bin/python bench/admission.py [--budget 40] [--seeds 5] [--plot docs/results/img/admission-share.svg]
 
 Per trace, on the untouched test part (the last 20%):
 1. accuracy of the HEIMDALL classifier with LinnOS cutoff labels and with period labels, each with and
@@ -33,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import COLOURS, Conditions, grid, legend, save  # noqa: E402
 from storetune.runners.admission.baselines import baselines, gain_share  # noqa: E402
 from storetune.runners.admission.model import accuracy, inference_cost  # noqa: E402
 from storetune.runners.admission.pipeline import AdmissionConfig, Pipeline  # noqa: E402
@@ -75,7 +76,9 @@ def tuned(trace: Path, budget: int, seed: int = SEED) -> dict:
         return Campaign.create(history, spec).run().best_config
 
 
-def speedups(pipeline: Pipeline, trace: Path, budget: int, seeds: int = 1) -> tuple[float, float]:
+def speedups(pipeline: Pipeline, trace: Path, budget: int, seeds: int = 1) -> tuple[float, float, dict]:
+    """Prints the strategies' mean latencies; returns tuned/global, the tuned share of the perfect gain, and every
+    strategy's share (the tuned one's with the lowest and highest of its seeds)."""
     base = baselines(pipeline, R, F, 90.0, SEED)
     latency = pipeline.ios.latency_us[pipeline.reads("test")]
     jump = jumps(len(latency), R, np.random.default_rng(SEED))  # the baselines' first draw: the same jumps
@@ -112,7 +115,40 @@ def speedups(pipeline: Pipeline, trace: Path, budget: int, seeds: int = 1) -> tu
     share = (p90 / ours) / (p90 / rows["global"])
     print(f"  tuned / global speedup: {share:.3f} (target >= 0.97); gap to bias_hindsight: "
           f"{ours / rows['bias_hindsight'] - 1:+.1%}; tuned configuration: {best}")
-    return share, gain_share(none, perfect, ours)
+    shares = {"p90 threshold (peer)": gain_share(none, perfect, p90),
+              **{name: gain_share(none, perfect, v) for name, v in rows.items() if name != "perfect predictor"}}
+    seeds_share = [gain_share(none, perfect, v) for v, _ in results]
+    return share, gain_share(none, perfect, ours), {"shares": shares, "tuned_range": [min(seeds_share), max(seeds_share)]}
+
+
+def plot(shares: dict[str, dict], path: Path, conditions: Conditions, budget: int, seeds: int) -> Path:
+    """One panel per trace: each strategy's share of the perfect predictor's gain over no admission (100%), the
+    tuned one with the range over its campaign seeds."""
+    fig, axes = grid(len(shares), columns=3, size=(3.6, 2.8))
+    for ax, (trace, s) in zip(axes, shares.items()):
+        names = list(s["shares"])
+        values = [100 * s["shares"][n] for n in names]
+        colours = [COLOURS["auto"] if n.startswith("tuned") else COLOURS["peer"] if "peer" in n else COLOURS["random"]
+                   for n in names]
+        ax.barh(names, values, color=colours)
+        low, high = (100 * v for v in s["tuned_range"])
+        tuned = names.index("tuned (bo)")
+        ax.errorbar([values[tuned]], [tuned], xerr=[[values[tuned] - low], [high - values[tuned]]], color="black",
+                    capsize=3, lw=1)
+        for y, v in enumerate(values):
+            at = max(v, 0, high if y == tuned else 0)
+            ax.annotate(f"{v:.0f}%", (at, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        ax.axvline(40, color="black", ls=":", lw=1)
+        ax.set_xlim(min(0, *values) - 2, 100)
+        ax.invert_yaxis()
+        ax.set_title(trace.replace("tencent.cut.per_50k.", "").replace(".trace.csv", ""), fontsize=8)
+        ax.set_xlabel("% of the perfect predictor's gain")
+        ax.grid(axis="x", alpha=0.3)
+    for ax in axes[1:]:
+        ax.set_yticklabels([])
+    title = (f"Share of the perfect predictor's gain on the test part; tuned: BO, {budget} evaluations, median of "
+             f"{seeds} campaign seeds (bar: their range); dotted: the 40% target")
+    return save(fig, path, title, conditions)
 
 
 def simulator_speed() -> None:
@@ -135,16 +171,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=40)
     parser.add_argument("--seeds", type=int, default=1, help="tuning campaigns per trace; the median one is judged")
+    parser.add_argument("--plot", type=Path, metavar="SVG", help="draw each trace's shares of the perfect gain here")
     args = parser.parse_args()
+    conditions = Conditions()  # before the run loads the machine
     import torch
 
     torch.set_num_threads(1)
-    shares, gains = [], []
+    shares, gains, drawn = [], [], {}
     for trace in TRACES:
         print(f"\n== {trace.name}")
         pipeline = Pipeline(trace, seed=SEED)
         accuracy_table(pipeline)
-        share, gained = speedups(pipeline, trace, args.budget, args.seeds)
+        share, gained, drawn[trace.name] = speedups(pipeline, trace, args.budget, args.seeds)
         shares.append(share)
         gains.append(gained)
         for kind in ("classifier", "boosted_trees"):
@@ -158,6 +196,8 @@ def main() -> None:
           f"(lowest {min(shares):.3f})")
     print(f"tuned share of the perfect predictor's gain on every trace >= 40%: {'met' if min(gains) >= 0.4 else 'not met'}"
           f" ({', '.join(f'{g:.1%}' for g in gains)})")
+    if args.plot:
+        plot(drawn, args.plot, conditions, args.budget, args.seeds)
 
 
 if __name__ == "__main__":

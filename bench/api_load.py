@@ -2,7 +2,7 @@
 
     .venv/bin/pip install -e '.[test,bench]'  # httpx2 (the clients); Optuna and optuna-dashboard, the peer
     .venv/bin/python bench/api_load.py [--trials 10000] [--clients 8] [--seconds 10] [--max-requests 20000]
-                                       [--keep DIR] [--json]
+                                       [--keep DIR] [--json] [--plot docs/results/img/api-load.svg]
 
 What it does, all in a temporary directory (kept, in DIR, with --keep):
 1. Ingestion. Runs a real campaign of --trials trials (random search replaying
@@ -64,6 +64,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import COLOURS, Conditions, grid, save  # noqa: E402
 from storetune.runners import Status, make_runner  # noqa: E402
 from storetune.search_spaces import Kind  # noqa: E402
 from storetune.tuner import Campaign, CampaignSpec, History  # noqa: E402
@@ -334,6 +335,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
                         help="work in DIR (new or empty) and keep the histories and server logs there")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--plot", type=Path, metavar="SVG", help="draw each pair's latency and throughput here")
     args = parser.parse_args()
     if args.trials < PAGE or args.clients < 1 or args.seconds <= 0 or args.max_requests < 1:
         parser.error(f"--trials must be at least {PAGE}; --clients, --seconds and --max-requests positive")
@@ -344,7 +346,8 @@ def main() -> None:
     except ImportError:
         raise SystemExit("httpx2 is not installed: .venv/bin/pip install -e '.[test,bench]'") from None
 
-    load1, load5, load15 = os.getloadavg()
+    conditions = Conditions()  # before the run loads the machine
+    load1, load5, load15 = conditions.load
     print(f"machine load: {load1:.2f} {load5:.2f} {load15:.2f} (1/5/15 min) on {os.cpu_count()} cores; the clients "
           "share these cores with both servers, so figures taken beside other work are upper bounds, not results",
           flush=True)
@@ -451,6 +454,32 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
         print(json.dumps(finite(report)))
+    if args.plot and "pairs" in report:
+        plot(report, args.plot, conditions)
+
+
+def plot(report: dict[str, Any], path: Path, conditions: Conditions) -> Path:
+    """Per mapped pair, StoreTune's and the peer's p50 and p99 latency, and their requests per second (log axes)."""
+    fig, (latency, rate) = grid(2, columns=2, size=(4.4, 3.0))
+    pairs = report["pairs"]
+    x = np.arange(len(pairs))
+    for k, side in enumerate(("storetune", "peer")):
+        rows = [report["endpoints"][p[side]] for p in pairs.values()]
+        name = "StoreTune" if side == "storetune" else "optuna-dashboard"
+        offset = (k - 0.5) * 0.38
+        latency.bar(x + offset, [r["p99_ms"] for r in rows], 0.36, color=COLOURS[side], alpha=0.45, label=f"{name} p99")
+        latency.bar(x + offset, [r["p50_ms"] for r in rows], 0.36, color=COLOURS[side], label=f"{name} p50")
+        rate.bar(x + offset, [r["req_per_s"] for r in rows], 0.36, color=COLOURS[side], label=name)
+    for ax, label in ((latency, "latency, ms (log)"), (rate, "requests per second (log)")):
+        ax.set_xticks(x, list(pairs))
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
+    latency.axhline(TARGET_P99_MS, color="black", ls=":", lw=1)
+    title = (f"The REST service against optuna-dashboard: {report['trials']:,} trials, {report['clients']} clients, "
+             f"{report['seconds']:g} s per endpoint; dotted: the {TARGET_P99_MS:.0f} ms p99 target")
+    return save(fig, path, title, conditions)
 
 
 if __name__ == "__main__":

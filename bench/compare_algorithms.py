@@ -35,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import bench.optuna_tpe
 
+from bench.figures import COLOURS, Conditions, grid, legend, save  # noqa: E402
 from storetune.runners import make_runner  # noqa: E402
 from storetune.tuner.search.compare import Comparison, CompareSpec, Variant  # noqa: E402
 from storetune.tuner.analysis.convergence import near_optimal, within_for_share  # noqa: E402
@@ -154,10 +155,21 @@ def main() -> None:
     parser.add_argument("--default", default=DEFAULT_ALGORITHM,
                         help="the algorithm whose ratio to TPE is the target (tune's default)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench")
+    parser.add_argument("--plot", type=Path, metavar="SVG",
+                        help="draw each table's success curves (ours, TPE, random search's exact curve) to this SVG")
+    parser.add_argument("--from", dest="saved", type=Path, metavar="JSON",
+                        help="print and draw a saved run's compare_algorithms.json again, measuring nothing")
     parser.add_argument("--stop-at-near-optimal", action="store_true",
                         help="stop each seed at its first near-optimal configuration: the same evaluation counts "
                              "and ratios, in a fraction of the time; no ask+tell figure at the budget")
     args = parser.parse_args()
+    if args.saved:
+        saved = json.loads(args.saved.read_text())
+        summarize(saved["tables"], saved["default"])
+        if args.plot:
+            plot(saved["tables"], saved["default"], args.plot, Conditions.of(saved["conditions"]))
+        return
+    conditions = Conditions()  # before the run loads the machine
     register(PEER, "bench.optuna_tpe:OptunaTPE")
     args.out.mkdir(parents=True, exist_ok=True)
     history = History(f"sqlite:///{args.out / 'bench.sqlite'}")
@@ -207,9 +219,12 @@ def main() -> None:
         report[key] = {"title": title, "within": within, "near_optimal": near, "size": size, "budget": budget,
                        "ours": ours, "peer": peer, "ratios": ratios, "below_random": below_random,
                        "wall_s": {"ours": ours_s, PEER: peer_s}}
-        (args.out / "compare_algorithms.json").write_text(json.dumps(report))  # after every dataset
+        saved = {"default": args.default, "conditions": conditions.as_dict(), "argv": sys.argv[1:], "tables": report}
+        (args.out / "compare_algorithms.json").write_text(json.dumps(saved))  # after every dataset
     summarize(report, args.default)
     print(f"\nwrote {args.out / 'compare_algorithms.json'}")
+    if args.plot:
+        plot(report, args.default, args.plot, conditions)
 
 
 def summarize(report: dict, default: str) -> None:
@@ -226,6 +241,34 @@ def summarize(report: dict, default: str) -> None:
         confident = sum(r["ratios"]["default"]["high"] < 1 for r in report.values())
         print(f"geometric mean over {len(finite)} tables: {float(np.exp(np.mean(np.log(finite)))):.2f} "
               f"(target <= 0.8); upper end of the interval below 1 on {confident} of {len(report)} (target: half)")
+
+
+def plot(report: dict, default: str, path: Path, conditions: Conditions) -> Path:
+    """One panel per table: the share of seeds that have found a near-optimal configuration after k evaluations,
+    for each algorithm, TPE and random search's exact curve (dashed); the default drawn heaviest."""
+    fig, axes = grid(len(report))
+    for ax, r in zip(axes, report.values()):
+        curves = {**r["ours"]["algorithms"], **r["peer"]["algorithms"]}
+        x = np.arange(1, r["budget"] + 1)
+        for label, a in curves.items():
+            lead = label in (default, PEER)
+            ax.plot(x, a["success_at"], color=COLOURS.get(label.split("[")[0]), lw=2.0 if lead else 0.9,
+                    alpha=1.0 if lead else 0.6, label=label)
+        ax.plot(x, r["ours"]["random_expected_success_at"], color=COLOURS["random"], ls="--", lw=1.0,
+                label="random (exact)")
+        d = r["ratios"]["default"]
+        ratio = f"{default}/TPE {d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+        ax.set_title(f"{r['title']}\n{r['near_optimal']} of {r['size']:,} near-optimal; {ratio}", fontsize=8)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlim(0, r["budget"])
+        ax.grid(alpha=0.3)
+    for ax in axes[::4]:
+        ax.set_ylabel("share of seeds at near-optimal")
+    for ax in axes[-4:]:
+        ax.set_xlabel("evaluations")
+    legend(fig, axes[0])
+    seeds = len(next(iter(report.values()))["peer"]["algorithms"][PEER]["evals_to_near_optimal"])
+    return save(fig, path, f"Success against evaluations, {seeds} seeds per table", conditions)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ workload, for each engine against the other (the peer is Filebench):
 Targets (issue 16): self-agreement >= 0.9 for each engine; fio against Filebench >= 0.9 with the same
 best configuration. Raw measurements go to --out as JSON; --from prints the figures of a saved run again.
 
-    .venv/bin/python bench/engine_fidelity.py --datasets datasets/loop-storage-v3 datasets/loop-storage-v2-filebench
+    .venv/bin/python bench/engine_fidelity.py --datasets datasets/loop-storage-v3 datasets/loop-storage-v2-filebench \
+        --plot docs/results/img/engine-fidelity.svg
 
 compares two committed sweeps instead (fio's, then Filebench's; no root, no Filebench): the configurations
 both measured, each repeat of a sweep standing for a pass (a sweep runs a configuration's repeats back to
 back, and the two sweeps ran hours apart, not interleaved), and the sweeps' settings that differ, said.
+With --plot, each workload's configurations are drawn as fio's mean against Filebench's, with rho.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import COLOURS, Conditions, grid, legend, save  # noqa: E402
 from storetune.runners import Status, make_runner  # noqa: E402
 from storetune.runners.device.personalities import job_version  # noqa: E402
 from storetune.runners.tables import load_table  # noqa: E402
@@ -253,18 +256,28 @@ def main() -> None:
     parser.add_argument("--datasets", type=Path, nargs=2, metavar=("FIO_SWEEP", "FILEBENCH_SWEEP"),
                         help="compare two sweeps' committed measurements (storetune sweep --engine fio, "
                         "then --engine filebench)")
+    parser.add_argument("--plot", type=Path, metavar="SVG", help="draw fio's mean against Filebench's per workload here")
     parser.add_argument("--against", type=Path, help="measure fio alone on a saved --out's configurations and "
                         "compare it with that run's Filebench measurements (to try a change to a fio job file)")
     args = parser.parse_args()
+    conditions = Conditions()  # before the run loads the machine
     if args.saved:
-        raw = json.loads(args.saved.read_text())["raw"]
-        report([summarise(w, data) for w, data in raw.items()])
+        saved = json.loads(args.saved.read_text())
+        raw = saved["raw"]
+        results = [summarise(w, data) for w, data in raw.items()]
+        report(results)
+        if args.plot:
+            plot(raw, results, args.plot, Conditions.of(saved["conditions"]) if "conditions" in saved else
+                 Conditions(recorded=f"measured by the run saved in {args.saved.name}"))
         return
     if args.datasets:
         raw = from_datasets(*args.datasets, [w.strip() for w in args.workloads.split(",") if w.strip()])
         print(f"# {args.datasets[0]} (fio) against {args.datasets[1]} (Filebench): each repeat is a pass; "
               "the sweeps were not interleaved")
-        report([summarise(w, data) for w, data in raw.items()])
+        results = [summarise(w, data) for w, data in raw.items()]
+        report(results)
+        if args.plot:
+            plot(raw, results, args.plot, Conditions(recorded=measured_by(args.datasets)))
         return
     if os.geteuid() != 0:
         sys.exit("bench/engine_fidelity.py needs root (loop devices, mkfs, mount)")
@@ -283,12 +296,54 @@ def main() -> None:
             raw[workload] = against(workload, args, earlier)
         else:
             raw[workload] = measure(workload, args)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "raw": raw},
-                                       indent=1, default=str) + "\n")
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "raw": raw,
+                                        "conditions": conditions.as_dict()}, indent=1, default=str) + "\n")
         results.append(summarise(workload, raw[workload]))
     print(f"\n== fio against Filebench (the peer), {(time.time() - started) / 60:.0f} min")
     report(results)
     print(f"raw measurements: {args.out}")
+    if args.plot:
+        plot(raw, results, args.plot, conditions)
+
+
+def measured_by(sweeps: list[Path]) -> str:
+    """Where and when two sweeps were measured, from their manifests."""
+    parts = []
+    for engine, d in zip(ENGINES, sweeps):
+        m = json.loads((d / "manifest.json").read_text())
+        w = m.get("where", {})
+        parts.append(f"{engine}: {d.name}, {m.get('started_at', '?')[:10]} to {m.get('finished_at', '?')[:10]}")
+    return (f"{'; '.join(parts)}; host {w.get('host', '?')} ({w.get('cpu', '?')}, {w.get('machine', '?')}, Linux "
+            f"{w.get('kernel', '?')}), {w.get('device', '?')} device on {w.get('loop_backing_fs', '?').split()[0]} "
+            "(the load of each run: in the manifests)")
+
+
+def plot(raw: dict, results: list[dict], path: Path, conditions: Conditions) -> Path:
+    """One panel per workload: each configuration's mean ops/s under fio against under Filebench (log axes), the
+    best of each engine ringed, Spearman's rho in the title. A straight rising cloud is a ranking kept."""
+    drawn = [r for r in results if not r.get("too_few")]
+    fig, axes = grid(len(drawn), columns=4, size=(2.9, 2.7))
+    for ax, r in zip(axes, drawn):
+        data = raw[r["workload"]]
+        means = {e: (np.array(data["means"][e]) if "means" in data
+                     else np.array(data["ops_per_s"][e], dtype=float).mean(axis=(1, 2))) for e in ENGINES}
+        fs = [c.get("fs", "?") for c in data["configs"]]
+        for name in sorted(set(fs)):
+            pick = [i for i, f in enumerate(fs) if f == name]
+            ax.scatter(means["filebench"][pick], means["fio"][pick], s=14, label=name)
+        for e, marker in (("fio", "s"), ("filebench", "D")):
+            best = int(np.argmax(means[e]))
+            ax.scatter(means["filebench"][best], means["fio"][best], s=90, facecolors="none",
+                       edgecolors=COLOURS[e], marker=marker, lw=1.4, label=f"{e}'s best")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{r['workload']}: n={r['n']}, rho={r['spearman']:.2f}, best "
+                     f"{'same' if r['same_best'] else 'different'}", fontsize=8)
+        ax.set_xlabel("Filebench ops/s")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("fio ops/s")
+    legend(fig, axes[0])
+    return save(fig, path, "fio against real Filebench on the same storage_v2 configurations", conditions)
 
 
 if __name__ == "__main__":
