@@ -95,6 +95,7 @@ class TrialRecord(Base):
     __table_args__ = (
         UniqueConstraint("campaign_id", "number"),
         Index("ix_trials_campaign_status_value", "campaign_id", "status", "value"),
+        Index("ix_trials_campaign_status_runs", "campaign_id", "status", "runs"),  # History.evaluations, index-only
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
