@@ -336,7 +336,17 @@ def main() -> None:
                         help="work in DIR (new or empty) and keep the histories and server logs there")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--plot", type=Path, metavar="SVG", help="draw each pair's latency and throughput here")
+    parser.add_argument("--from", dest="saved", type=Path, metavar="FILE",
+                        help="draw a saved run again from its printed output (its --json line)")
     args = parser.parse_args()
+    if args.saved:
+        lines = [line for line in args.saved.read_text().splitlines() if line.startswith("{")]
+        if not lines:
+            raise SystemExit(f"--from {args.saved}: no line of it is a run's --json output")
+        report = json.loads(lines[-1])
+        if args.plot:
+            plot(report, args.plot, Conditions.of(report["conditions"]))
+        return
     if args.trials < PAGE or args.clients < 1 or args.seconds <= 0 or args.max_requests < 1:
         parser.error(f"--trials must be at least {PAGE}; --clients, --seconds and --max-requests positive")
     if not DATASET.exists():
@@ -362,6 +372,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers and clean up on kill, too
     ours_proc = peer_proc = None
     report: dict[str, Any] = {"load_average": [load1, load5, load15], "cpus": os.cpu_count(),
+                              "conditions": conditions.as_dict(),
                               "trials": args.trials, "clients": args.clients, "seconds": args.seconds,
                               "max_requests": args.max_requests, "dir": str(work) if args.keep else None}
     try:
@@ -473,6 +484,7 @@ def plot(report: dict[str, Any], path: Path, conditions: Conditions) -> Path:
     for ax, label in ((latency, "latency, ms (log)"), (rate, "requests per second (log)")):
         ax.set_xticks(x, list(pairs))
         ax.set_yscale("log")
+        ax.set_ylim(bottom=1 if ax is latency else 0.05)  # the bars start near zero, not at the smallest one
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, frameon=False)

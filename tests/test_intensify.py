@@ -244,3 +244,7 @@ def test_the_report_of_an_adaptive_campaign_counts_evaluations_and_follows_the_i
     for t in trials:
         assert means[t.number][-1] == pytest.approx(t.value)
     assert data["near_optimal"]["trials"][0]["value"] <= summary.best_value
+    # the service's progress counts the same, in one query: every run of a re-measured trial is an evaluation
+    counts, evaluated = history.progress(summary.campaign, 1)
+    assert evaluated == 40 == history.evaluations(summary.campaign, 1) and any(t.runs > 1 for t in trials)
+    assert counts == history.status_counts(summary.campaign) and sum(counts.values()) == len(trials) < 40

@@ -346,6 +346,17 @@ class History:
         with self.session() as s:
             return {status: int(n) for status, n in s.execute(query)}
 
+    def progress(self, campaign_id: int, repeats: int) -> tuple[dict[str, int], int]:
+        """``status_counts`` and ``evaluations`` in one query, which reads the (campaign, status, runs) index alone."""
+        extra = case((TrialRecord.runs > repeats, TrialRecord.runs - repeats), else_=0)
+        query = (select(TrialRecord.status, func.count(TrialRecord.id), func.sum(extra))
+                 .where(TrialRecord.campaign_id == campaign_id).group_by(TrialRecord.status))
+        terminal = {s.value for s in Status if s.terminal}
+        with self.session() as s:
+            rows = s.execute(query).all()
+        counts = {status: int(n) for status, n, _ in rows}
+        return counts, sum(int(n) + int(more or 0) for status, n, more in rows if status in terminal)
+
     def evaluations(self, campaign_id: int, repeats: int) -> int:
         """``analysis.evaluations`` counted by the database: finished trials and adaptive re-measurements."""
         extra = case((TrialRecord.runs > repeats, TrialRecord.runs - repeats), else_=0)

@@ -46,7 +46,7 @@ def links(campaign_id: int, pareto: bool = False) -> dict[str, str]:
 
 
 def public(svc: Any, c: CampaignView) -> CampaignPublic:
-    counts = svc.history.status_counts(c.id)
+    counts, evaluated = svc.history.progress(c.id, c.repeats)
     ordered = {s.value: counts[s.value] for s in Status if counts.get(s.value)}
     if c.objective:  # several metrics: the objective's own best (a rank objective's reads measurements)
         best = campaign_best(c, svc.history.trials(c.id, measurements=True))
@@ -61,7 +61,7 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
         objective_spec=c.objective,
         budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, parallel=c.batch_size,
         warm_start=c.warm_start, fixed=c.fixed, comparison=c.comparison_id, executor=c.executor,
-        progress=Progress(evaluated=svc.history.evaluations(c.id, c.repeats), budget=c.budget,
+        progress=Progress(evaluated=evaluated, budget=c.budget,
                           trials_by_status=ordered),
         best=None if best is None else Best(trial=best.number, value=best.value, config=best.config),  # type: ignore[arg-type]
         test_value=held_out(best, c.objective_metric),
