@@ -20,7 +20,7 @@ class DatasetRunner(RunnerBase):
 
     def __init__(self, settings: DatasetSettings):
         super().__init__(settings)
-        self.table: Table = load_table(settings.dataset, settings.context, settings.metric)
+        self.table: Table = load_table(settings.dataset, settings.context, settings.metric, drop=settings.drop)
         self._metric = settings.metric
         self.space = self.table.space
         self.workload: Workload = self.table.workload
@@ -33,6 +33,7 @@ class DatasetRunner(RunnerBase):
             "dataset": [str(p.resolve()) for p in self.table.sources],
             "context": {k: v for k, v in self.table.context.items()},
             "metric": self._metric,
+            "drop": list(self.table.dropped),
         }
 
     def notes(self) -> tuple[str, ...]:

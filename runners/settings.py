@@ -61,6 +61,8 @@ class DatasetSettings(RunnerSettings):
                                     description="Pin setup columns, e.g. {\"workload\": \"varmail\"}.")
     metric: str | None = setting(None, cli=False,  # the campaign's --metric names it on the command line
                                  description="The objective column, if the header does not mark it.")
+    drop: list[str] = Field(default_factory=list, description="Columns that are not knobs (an id, a timestamp): "
+                            "left out, so rows that differ only there are repeats of one configuration.")
 
     @field_validator("dataset", mode="before")
     @classmethod

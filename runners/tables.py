@@ -63,6 +63,7 @@ class Table:
     repeats: dict[Config, np.ndarray]  # per configuration: (n_repeats, n_metrics)
     outcomes: dict[Config, tuple[Status, str | None]]  # configurations the sweep recorded as failed
     notes: tuple[str, ...] = ()  # the warnings its reading raised, for callers that cannot show warnings (REST)
+    dropped: tuple[str, ...] = ()  # columns left out as not knobs (``drop``)
 
     @property
     def default_metric(self) -> str:
@@ -114,17 +115,19 @@ def load_table(
     sources: str | Path | Sequence[str | Path],
     context: Mapping[str, Any] | None = None,
     metric: str | None = None,
+    drop: Sequence[str] = (),
 ) -> Table:
     """Read one or more CSV files (or a folder of them) and pin the setup columns to ``context``.
 
-    ``metric`` names the objective column of a plain table whose header does not say which it is.
+    ``metric`` names the objective column of a plain table whose header does not say which it is; ``drop``
+    names columns that are not knobs (an id): left out, so rows that differ only there are repeats.
     A table is read once per process while its files keep their size and modification time; its
     warnings are raised again at every load.
     """
     paths = _expand(sources)
     folder = len(paths) > 1 or (isinstance(sources, (str, Path)) and Path(sources).is_dir())
     try:
-        key: tuple[Any, ...] | None = (folder, metric, tuple(sorted((context or {}).items())),
+        key: tuple[Any, ...] | None = (folder, metric, tuple(sorted((context or {}).items())), tuple(drop),
                                        tuple((str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
         hash(key)
     except TypeError:  # a context value that cannot be a key (a list): read it afresh
@@ -133,7 +136,7 @@ def load_table(
         for note in table.notes:
             warnings.warn(note, TableWarning, stacklevel=2)
         return table
-    table = _load_table(paths, folder, context, metric)
+    table = _load_table(paths, folder, context, metric, tuple(drop))
     if key is not None:
         # by hand: functools.lru_cache cannot re-raise the warnings of a cached read
         with _tables_lock:
@@ -143,10 +146,16 @@ def load_table(
     return table
 
 
-def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | None, metric: str | None) -> Table:
+def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | None, metric: str | None,
+                drop: tuple[str, ...] = ()) -> Table:
     notes: list[str] = []
     frame, fmt, manifest = _read(paths, metric, notes)
     frame, config_columns, metrics = _split_columns(frame, fmt, manifest, paths, metric)
+    unknown = [c for c in drop if c not in config_columns]
+    if unknown:
+        raise DatasetError(f"`drop` {unknown[0]}: no such option column in {paths[0].name}; columns: "
+                           f"{', '.join(config_columns)}")
+    config_columns = [c for c in config_columns if c not in drop]
     frame, pinned, config_columns = _pin_context(frame, config_columns, dict(context or {}), manifest, paths)
     for column, labels in (ATC18_LABELS.items() if fmt == "atc18" else ()):
         if column in frame:
@@ -164,6 +173,7 @@ def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | No
         where = [_where(frame, int(i)) for i in order[starts]]
         space, to_config = _declared_space(manifest["space"], name, config_columns, distinct, where)
     else:
+        _refuse_identifiers(frame, config_columns, paths[0])
         space, to_config = infer_table_space(name, config_columns, distinct)
         if not space.parameters:  # a campaign on it ran with an empty best configuration
             pinned_note = f" once {', '.join(f'{k}={v}' for k, v in pinned.items())} is pinned" if pinned else ""
@@ -183,7 +193,23 @@ def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | No
             first = frame.iloc[order[group[0]]]
             reason = first.get("reason")
             outcomes[config] = (Status(first["status"]), None if pd.isna(reason) or reason == "" else str(reason))
-    return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes, tuple(notes))
+    return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes, tuple(notes), drop)
+
+
+IDENTIFIER_MIN_ROWS = 20  # a smaller table may well measure each value of a knob once
+
+
+def _refuse_identifiers(frame: pd.DataFrame, config_columns: list[str], path: Path) -> None:
+    """A column of whole numbers that differ in every row is a row's id, not a knob: searched, it would be a
+    knob of as many levels as rows, each level one row. Said in one line, with the two ways out."""
+    if len(frame) < IDENTIFIER_MIN_ROWS:
+        return
+    for column in config_columns:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        if values.notna().all() and (values == values.round()).all() and values.is_unique:
+            raise DatasetError(f"{path}: column {column!r} has a different whole number in each of its {len(frame):,} "
+                               f"rows: a row's id, not a knob; leave it out with `drop` {column}, "
+                               "or pin it with `context`")
 
 
 def _warn(notes: list[str], message: str) -> None:

@@ -250,3 +250,27 @@ def test_a_table_is_read_once_per_process_until_its_file_changes(tmp_path):
     path.write_text("a,b,PERF+\n1,x,3\n2,y,4\n2,y,5\n2,x,7\n")
     again = load_table(path)
     assert again is not first and sorted(again.means("PERF").values()) == [3.0, 4.5, 7.0]
+
+
+def test_a_column_that_numbers_the_rows_is_refused_and_can_be_left_out(tmp_path: Path):
+    rows = [f"{i},{i % 2},{i % 5},{10.0 + (i % 2) + (i % 5)}" for i in range(40)]
+    path = write(tmp_path / "with_id.csv", "run,a,b,Time-\n" + "\n".join(rows))
+    with pytest.raises(DatasetError) as refused:
+        load_table(path)
+    said = str(refused.value)
+    assert "column 'run' has a different whole number in each of its 40 rows" in said and "leave it out with `drop` run" in said
+    assert "\n" not in said
+    table = load_table(path, drop=["run"])
+    assert "run" not in table.space and table.space.cardinality() == 10 and table.dropped == ("run",)
+    assert {len(r) for r in table.repeats.values()} == {4}  # rows that differed only in their id: repeats
+    with pytest.raises(DatasetError, match="`drop` nope: no such option column"):
+        load_table(path, drop=["nope"])
+
+
+def test_a_sampled_knob_with_some_values_shared_is_a_knob_not_an_id(tmp_path: Path):
+    rng = np.random.default_rng(3)
+    knob = rng.integers(0, 5000, size=300)  # a many-valued knob sampled at random: some values recur
+    assert len(set(knob)) < len(knob)
+    rows = [f"{k},{i % 3},{1.0 + k / 5000 + i % 3}" for i, k in enumerate(knob)]
+    table = load_table(write(tmp_path / "sampled.csv", "read_ahead,c,Time-\n" + "\n".join(rows)))
+    assert table.space["read_ahead"].kind is Kind.ORDINAL and len(table.space["read_ahead"].values) == len(set(knob))
