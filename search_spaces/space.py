@@ -355,7 +355,8 @@ class SearchSpace:
 
     def fingerprint(self) -> str:
         """A stable hash of the definition: campaigns on the same fingerprint share a history."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+        definition = SearchSpace.to_dict(self)  # a subclass's extras (a table's coverage) are not the definition
+        return hashlib.sha256(json.dumps(definition, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def __repr__(self) -> str:
         return f"SearchSpace({self.name!r}, {len(self.parameters)} parameters)"

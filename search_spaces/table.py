@@ -8,6 +8,7 @@ outside the table goes to the nearest present configuration instead.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,19 @@ class TableSpace(SearchSpace):
         self._index = {c: i for i, c in enumerate(self.members)}
         self._encoded = self.encode_many(self.members)
         self._norms = (self._encoded**2).sum(axis=1)
+
+    def grid_size(self) -> int:
+        """Combinations of the parameters' values: what the table would hold if it were a full grid."""
+        return math.prod(len(p.values) if p.values else (p.size or 1) for p in self.parameters)
+
+    def holding(self) -> str:
+        """How much of that grid the table holds, in words (``holding``)."""
+        return holding(self.cardinality(), self.grid_size())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The definition, and how much of its grid the table holds (kept with a campaign, for its report;
+        not part of the fingerprint, which has the members themselves)."""
+        return {**super().to_dict(), "holds": {"configurations": self.cardinality(), "grid": self.grid_size()}}
 
     def contains(self, config: Mapping[str, Any]) -> bool:
         return Config(config) in self._index
@@ -124,6 +138,17 @@ class TableSpace(SearchSpace):
         for c in self.members:
             digest.update(self.hash(c).encode())
         return digest.hexdigest()[:16]
+
+
+def holding(held: int, grid: int) -> str:
+    """A table of ``held`` configurations out of a grid of ``grid`` combinations, in words: in a sample, a
+    one-parameter move does not reach a neighbour of the grid but the nearest listed configuration."""
+    if held >= grid:
+        return f"{held:,} configurations, the whole grid of its parameters' values"
+    share = held / grid
+    shown = f"{share:.0%}" if share >= 0.01 else f"{share:.2%}" if share >= 1e-4 else f"1 in {round(1 / share):,}"
+    return (f"{held:,} configurations, {shown} of the {grid:,} combinations of its parameters' values: a sample, "
+            "where a one-parameter move lands on the nearest listed configuration")
 
 
 def infer_table_space(

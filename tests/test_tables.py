@@ -274,3 +274,35 @@ def test_a_sampled_knob_with_some_values_shared_is_a_knob_not_an_id(tmp_path: Pa
     rows = [f"{k},{i % 3},{1.0 + k / 5000 + i % 3}" for i, k in enumerate(knob)]
     table = load_table(write(tmp_path / "sampled.csv", "read_ahead,c,Time-\n" + "\n".join(rows)))
     assert table.space["read_ahead"].kind is Kind.ORDINAL and len(table.space["read_ahead"].values) == len(set(knob))
+
+
+def test_a_sampled_table_says_how_much_of_its_grid_it_holds_in_spaces_and_the_report(tmp_path: Path):
+    from conftest import run_cli
+    from storetune.api.report.tables import campaign_tables
+    from storetune.tuner import Campaign, CampaignSpec, History
+    from storetune.tuner.analysis.report import campaign_data
+
+    grid = [(a, b, c) for a in range(4) for b in range(5) for c in range(6)]
+    rows = [f"{a},{b},{c},{1.0 + a + b / 10 + c / 100}" for a, b, c in grid]
+    full = write(tmp_path / "full.csv", "a,b,c,Time-\n" + "\n".join(rows))
+    kept = [r for r, (a, b, c) in zip(rows, grid) if (a + b + c) % 4 == 0]  # every value of each, 30 of the 120
+    sample = write(tmp_path / "sample.csv", "a,b,c,Time-\n" + "\n".join(kept))
+    assert load_table(full).space.holding() == "120 configurations, the whole grid of its parameters' values"
+    said = load_table(sample).space.holding()
+    assert said.startswith("30 configurations, 25% of the 120 combinations") and "a sample" in said
+    shown = run_cli("spaces", "--dataset", str(sample), check=True).stdout
+    assert "The table holds 30 configurations, 25% of the 120 combinations" in " ".join(shown.split())
+    history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    spec = CampaignSpec(runner="dataset", runner_settings={"dataset": [str(sample)]}, algorithm="random", budget=5)
+    summary = Campaign.create(history, spec).run()
+    data = campaign_data(history, summary.campaign)
+    assert data["holds"] == {"configurations": 30, "grid": 120}
+    assert "<th>table holds</th><td>30 configurations, 25% of the 120 combinations" in campaign_tables(data)
+
+
+def test_a_table_space_s_fingerprint_is_its_definition_and_members_not_its_coverage():
+    """The coverage kept with a campaign's space is not hashed: the fingerprints of campaigns recorded before it
+    was kept still match (these two were recorded by StoreTune before it)."""
+    for name, recorded in (("Apache_AllMeasurements", "6e8808e3da0970a6"), ("BDBC", "5ea581b6ea6242b8")):
+        space = load_table(shared(f"moot_configs/{name}.csv")).space
+        assert "holds" in space.to_dict() and space.fingerprint() == recorded

@@ -416,6 +416,7 @@ def spaces(
     if dataset:
         runner = make_runner("dataset", table_settings(dataset, context, metric))
         console.print(render.space_table(runner.space))
+        console.print(f"The table holds {runner.space.holding()}.")
         return
     for space_name in [name] if name else list_spaces():
         console.print(render.space_table(load_space(space_name)))

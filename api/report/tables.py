@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from storetune.search_spaces import format_config, format_value
+from storetune.search_spaces.table import holding
 from storetune.tuner.analysis.pareto import format_point
 
 
@@ -19,6 +20,8 @@ def campaign_tables(data: dict[str, Any]) -> str:
             ("algorithm", data["algorithm"] + (f" ({_params(data['params'])})" if data.get("params") else "")),
             ("space / workload", f"{data['space']} / {data['workload']}"
                                                                   + _pinned(data.get("fixed"))),
+            *([("table holds", holding(data["holds"]["configurations"], data["holds"]["grid"]))]
+              if data.get("holds") else []),
             ("objective", f"{objective['direction']} {score}"),
             ("evaluated", f"{data['evaluated']} of {data['budget']}"),
             (objective.get("best") or "best",

@@ -53,6 +53,7 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         "params": record.resolved_params or record.algorithm_params,
         "runner": record.runner, "objective": {"metric": record.objective_metric, "direction": direction},
         "fixed": record.fixed or {}, "adaptive": record.adaptive,
+        "holds": (record.space or {}).get("holds"),  # a table's space: how much of its grid it lists
         "budget": record.budget, "evaluated": evaluations(trials, record.repeats),
         "best": None if best is None else {"trial": best.number, "value": best.value, "config": best.config},
         "test_value": held_out(best, record.objective_metric),
