@@ -22,6 +22,14 @@ objective improves steadily up to a random value and jumps 3-20x past it (7z's `
 
     .venv/bin/python bench/synthetic_tables.py --out results/sampled --sample 7z:0.05,7z:0.2,BDBC:0.2,HSMGP_num:0.2
 
+    .venv/bin/python bench/synthetic_tables.py --out results/numeric --tables 4 --numeric --first-seed 2000
+
+``--numeric`` writes sampled tables of many-valued numeric knobs, the shape of a real server's measured
+table (buffer sizes, thresholds, timer frequencies): 6 to 12 knobs of 5 to 5,000 levels (on a log grid for
+most, as the kernel's own sizes are), a smooth response with a few interactions and a cliff or two, noise
+that grows with the objective, and a random sample of 2,000 to 5,000 of the grid's configurations, each
+measured 1 to 10 times (one row per run).
+
 ``--sample NAME:SHARE`` instead writes a table of ``SHARE`` of the rows of a measured MOOT table, drawn at
 random (pandas, seed ``--first-seed``): a sampled table, whose configurations no longer form a grid, so
 that one-option moves land on the nearest listed configuration, as on SQL_AllMeasurements.
@@ -52,6 +60,71 @@ def table(seed: int, options: int = 12, interactions: int = 3, scale: float = 0.
         log_y = log_y + ordinal_effect(extra, levels, shape, scale)[X[:, options + k]]
     y = 100.0 * np.exp(log_y - log_y.min()) * np.exp(rng.normal(0.0, 0.002, size=len(X)))
     return X, y
+
+
+def numeric_table(seed: int, knobs: int | None = None, rows: int | None = None) -> tuple[list[dict], np.ndarray, np.ndarray]:
+    """A sampled table of many-valued numeric knobs, as a measured server's table is: ``knobs`` (6 to 12) integer
+    or real knobs of 5 to 5,000 levels (buffer sizes and counts on a log grid, ratios and intervals on a linear
+    one); a smooth response on each knob's own scale with a few interactions and a cliff or two; noise that grows
+    with the objective; and a random *sample* of ``rows`` (2,000 to 5,000) configurations of the full grid, each
+    measured 1 to 10 times. Returns the knobs (name, levels, log), the sample's level values and its repeats'
+    objectives (a time: lower is better)."""
+    rng = np.random.default_rng([seed, 2])
+    k = int(knobs or rng.integers(6, 13))
+    n = int(rows or rng.integers(2000, 5001))
+    specs = []
+    for i in range(k):
+        levels = int(np.exp(rng.uniform(np.log(5), np.log(5000))))
+        log = bool(rng.random() < 0.6)  # sizes and counts: the kernel's own scale is a power of two
+        if log:
+            low = float(2 ** rng.integers(0, 6))
+            grid = np.unique(np.round(np.geomspace(low, low * 2 ** rng.uniform(6, 16), levels)))
+        else:
+            low = float(rng.integers(0, 10))
+            grid = np.unique(np.round(np.linspace(low, low + levels * rng.choice([1, 2, 5, 10]), levels)))
+        specs.append({"name": f"k{i}", "values": grid, "log": log})
+    influential = rng.random(k) < 0.6
+    influential[rng.integers(k)] = True  # at least one knob matters
+    # each knob's effect on the log objective, a function of its position u in [0, 1] on its own scale:
+    # a bowl with a random optimum (a buffer too small or too large), or a monotone trend with saturation
+    effects = []
+    for i in range(k):
+        size = rng.laplace(0.0, 0.4) if influential[i] else rng.laplace(0.0, 0.004)
+        if rng.random() < 0.5:
+            centre = rng.uniform(0.1, 0.9)
+            effects.append(lambda u, c=centre, s=size: abs(s) * 4 * (u - c) ** 2)
+        else:
+            rate = rng.uniform(2, 10)
+            effects.append(lambda u, r=rate, s=size: s * (1 - np.exp(-r * u)))
+    pairs = [tuple(rng.choice(k, size=2, replace=False)) for _ in range(int(rng.integers(1, 4)))]
+    pair_size = [rng.laplace(0.0, 0.4) for _ in pairs]
+    cliffs = [(int(rng.integers(k)), rng.uniform(0.5, 0.95), rng.uniform(np.log(3), np.log(20)))
+              for _ in range(int(rng.integers(1, 3)))]
+    # the sample: each knob's level drawn uniformly, as a study's design draws it
+    picks = np.column_stack([rng.integers(len(s["values"]), size=n) for s in specs])
+    picks = np.unique(picks, axis=0)
+    u = np.column_stack([picks[:, i] / (len(specs[i]["values"]) - 1) for i in range(k)])
+    log_y = sum(effects[i](u[:, i]) for i in range(k))
+    for (i, j), s in zip(pairs, pair_size):
+        log_y = log_y + s * (u[:, i] - 0.5) * (u[:, j] - 0.5) * 4
+    for i, edge, jump in cliffs:
+        log_y = log_y + np.where(u[:, i] > edge, jump, 0.0)
+    mean = 100.0 * np.exp(log_y - log_y.min())
+    cv = 0.02 + 0.08 * rng.random(len(mean)) * (mean / mean.max()) ** 0.5  # the slow ones are noisier
+    repeats = rng.integers(1, 11, size=len(mean))
+    values = np.column_stack([specs[i]["values"][picks[:, i]] for i in range(k)])
+    runs = [mean[r] * np.exp(rng.normal(0.0, cv[r], size=repeats[r])) for r in range(len(mean))]
+    return specs, values, runs
+
+
+def write_numeric(path: Path, specs: list[dict], values: np.ndarray, runs: list[np.ndarray]) -> None:
+    """One row per run (rows with the same configuration are its repeats), in the MOOT format."""
+    header = ",".join(s["name"] for s in specs) + ",Performance-"
+    lines = []
+    for x, measured in zip(values, runs):
+        knobs = ",".join(f"{int(v)}" if float(v).is_integer() else f"{v:g}" for v in x)
+        lines += [f"{knobs},{v:.4f}" for v in measured]
+    path.write_text(header + "\n" + "\n".join(lines) + "\n")
 
 
 def ordinal_effect(rng: np.random.Generator, levels: int, shape: str, scale: float) -> np.ndarray:
@@ -88,8 +161,22 @@ def main() -> None:
     parser.add_argument("--levels", type=int, default=6, help="values of each ordinal option")
     parser.add_argument("--shape", choices=("smooth", "cliff"), default="smooth", help="how the ordinals act")
     parser.add_argument("--sample", default="", help="NAME:SHARE,...: rows sampled from ../shared's MOOT tables")
+    parser.add_argument("--numeric", action="store_true",
+                        help="sampled tables of 6 to 12 many-valued numeric knobs instead (numeric_table)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.numeric:
+        for seed in range(args.first_seed, args.first_seed + args.tables):
+            specs, values, runs = numeric_table(seed)
+            path = args.out / f"numeric-{seed}.csv"
+            write_numeric(path, specs, values, runs)
+            means = np.array([r.mean() for r in runs])
+            near = int(np.sum(means <= means.min() / 0.9))
+            grid = int(np.prod([len(s["values"]) for s in specs], dtype=float))
+            print(f"{path}: {len(specs)} knobs of {', '.join(str(len(s['values'])) for s in specs)} levels, "
+                  f"{len(runs)} configurations of {grid:.3g} ({sum(map(len, runs))} runs), {near} within 10% of "
+                  f"the best, spread {means.max() / means.min():.1f}x")
+        return
     if args.sample:
         sample(args.sample, args.out, args.first_seed)
         return

@@ -12,6 +12,7 @@ import numpy as np
 from storetune.search_spaces.conditions import Condition
 from storetune.search_spaces.config import Value
 
+LISTED_VALUES = 20  # an ordinal of more values is described by its first and last ones
 # A neighbour move on an integer or real parameter changes its encoded value by this much.
 STEP_FRACTION = 0.05
 
@@ -86,6 +87,9 @@ class Parameter:
         raise TypeError(f"parameter {self.name!r} is real-valued: its domain cannot be listed")
 
     def describe_domain(self) -> str:
+        if self.values and len(self.values) > LISTED_VALUES and self.kind is Kind.ORDINAL:
+            head = ", ".join(map(str, self.values[:3]))
+            return f"{head}, ..., {self.values[-1]} ({len(self.values):,} values, in order)"
         if self.values:
             return ", ".join(map(str, self.values))
         scale = ", log scale" if self.log else ""

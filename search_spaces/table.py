@@ -146,7 +146,7 @@ def holding(held: int, grid: int) -> str:
     if held >= grid:
         return f"{held:,} configurations, the whole grid of its parameters' values"
     share = held / grid
-    shown = f"{share:.0%}" if share >= 0.01 else f"{share:.2%}" if share >= 1e-4 else f"1 in {round(1 / share):,}"
+    shown = f"{share:.0%}" if share >= 0.01 else f"{share:.2%}" if share >= 1e-4 else f"1 in {round(1 / share):,}" if share >= 1e-6 else f"1 in {1 / share:.1e}"
     return (f"{held:,} configurations, {shown} of the {grid:,} combinations of its parameters' values: a sample, "
             "where a one-parameter move lands on the nearest listed configuration")
 

@@ -274,6 +274,9 @@ def test_a_sampled_knob_with_some_values_shared_is_a_knob_not_an_id(tmp_path: Pa
     rows = [f"{k},{i % 3},{1.0 + k / 5000 + i % 3}" for i, k in enumerate(knob)]
     table = load_table(write(tmp_path / "sampled.csv", "read_ahead,c,Time-\n" + "\n".join(rows)))
     assert table.space["read_ahead"].kind is Kind.ORDINAL and len(table.space["read_ahead"].values) == len(set(knob))
+    low, high, n = min(knob), max(knob), len(set(knob))
+    assert table.space["read_ahead"].describe_domain().endswith(f", ..., {high} ({n:,} values, in order)")
+    assert table.space["read_ahead"].describe_domain().startswith(f"{low}, ")
 
 
 def test_a_sampled_table_says_how_much_of_its_grid_it_holds_in_spaces_and_the_report(tmp_path: Path):
