@@ -1,10 +1,14 @@
 """Optuna's TPE sampler behind StoreTune's ask/tell, as the peer the benchmarks compare against.
 
-Installed only for the benchmarks (`pip install -e '.[bench]'`). Fair to TPE in two ways:
-- a proposal absent from a table, or refused by the space, is replaced by the nearest valid
-  configuration, and TPE learns the result under the configuration actually measured;
-- a proposal already measured is answered from what was measured (no budget spent) and TPE is
-  asked again, so that TPE, like StoreTune's algorithms, never spends an evaluation twice.
+Installed only for the benchmarks (`pip install -e '.[bench]'`). Set up as an Optuna user would: a numeric
+ordinal of more than ``NUMBERS_ABOVE`` values (a buffer size, a threshold) is a number to TPE, as
+``suggest_int`` / ``suggest_float`` would give it, on a log scale where its values are positive and span
+two decades or more; categories and short ordinals stay categorical. Fair to TPE in two ways:
+- a number TPE proposes for an ordinal goes to the ordinal's nearest value (on its scale); a proposal
+  absent from a table, or refused by the space, is replaced by the nearest valid configuration, and on a
+  table by the nearest one not measured yet; TPE learns the result under the configuration measured;
+- elsewhere, a proposal already measured is answered from what was measured (no budget spent) and TPE
+  is asked again, so that TPE, like StoreTune's algorithms, never spends an evaluation twice.
 """
 
 from __future__ import annotations
@@ -15,10 +19,34 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
+import numpy as np
+
 from storetune.search_spaces import Config, Kind
+from storetune.search_spaces.table import TableSpace
 from storetune.tuner.algorithms.base import Observation, Tuner
 
 MAX_REPROPOSALS = 20
+NUMBERS_ABOVE = 10  # ordinals of more numeric values are numbers to TPE (the issue's peer; 0: every numeric one)
+
+
+def numeric(values: tuple[Any, ...]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def distribution(p: Any, numbers_above: int = NUMBERS_ABOVE) -> Any:
+    """The distribution an Optuna user would declare for ``p``."""
+    if p.kind is Kind.CATEGORICAL or (p.kind is Kind.ORDINAL and (len(p.values) <= numbers_above
+                                                                    or not numeric(p.values))):
+        return CategoricalDistribution(p.values)
+    if p.kind is Kind.ORDINAL:
+        low, high = min(p.values), max(p.values)
+        log = low > 0 and high / low >= 100
+        if all(isinstance(v, int) for v in p.values):
+            return IntDistribution(int(low), int(high), log=log)
+        return FloatDistribution(float(low), float(high), log=log)
+    if p.kind is Kind.INTEGER:
+        return IntDistribution(int(p.low), int(p.high), log=p.log)
+    return FloatDistribution(p.low, p.high, log=p.log)
 
 
 class OptunaTPE(Tuner):
@@ -28,14 +56,7 @@ class OptunaTPE(Tuner):
         super().__init__(space, **kwargs)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
-        self._distributions = {}
-        for p in space.parameters:
-            if p.kind in (Kind.CATEGORICAL, Kind.ORDINAL):
-                self._distributions[p.name] = CategoricalDistribution(p.values)
-            elif p.kind is Kind.INTEGER:
-                self._distributions[p.name] = IntDistribution(int(p.low), int(p.high), log=p.log)
-            else:
-                self._distributions[p.name] = FloatDistribution(p.low, p.high, log=p.log)
+        self._distributions = {p.name: distribution(p) for p in space.parameters}
         self._asked_trials: dict[Config, Any] = {}
 
     def _ask(self, n: int) -> list[Config]:
@@ -44,7 +65,9 @@ class OptunaTPE(Tuner):
             if len(out) == n:
                 break
             trial = self._study.ask(self._distributions)
-            config = self.space.repair(trial.params)
+            config = self.space.repair({k: self._snap(k, v) for k, v in trial.params.items()})
+            if config is not None and self.known(config) and isinstance(self.space, TableSpace):
+                config = self.space.nearest(config, exclude=set(self._told) | set(self._asked) | set(out))
             if config is not None and config not in out and not self.known(config):
                 if config.to_dict() == {k: trial.params[k] for k in config}:
                     self._asked_trials[config] = trial  # told under its own params
@@ -58,6 +81,15 @@ class OptunaTPE(Tuner):
             else:
                 self._study.tell(trial, state=TrialState.FAIL)
         return out + self.fresh(n - len(out), out)
+
+    def _snap(self, name: str, value: Any) -> Any:
+        """An ordinal's listed value nearest to the number TPE proposed for it (on a log scale where TPE's is)."""
+        p, d = self.space[name], self._distributions[name]
+        if p.kind is not Kind.ORDINAL or isinstance(d, CategoricalDistribution):
+            return value
+        listed = np.array(p.values, dtype=float)
+        where = (np.log(listed), np.log(value)) if d.log else (listed, float(value))
+        return p.values[int(np.argmin(np.abs(where[0] - where[1])))]
 
     def _answer(self, config: Config) -> Any:
         """What the study is told for a configuration measured already (None: nothing succeeded)."""
