@@ -69,7 +69,10 @@ DATASETS = {
 }
 OURS = "random,sa,ga,bo,dqn"
 SEARCHERS = ("sa", "ga", "bo")  # each must beat random search's exact success curve
-PEER = "optuna-tpe"
+PEER = "optuna-tpe"  # the first peer: the figure's, and the saved runs' "ratios"
+# the peers, each set up as its users would and behind the same snapping protocol (bench/optuna_tpe.py)
+PEERS = {"optuna-tpe": "bench.optuna_tpe:OptunaTPE", "smac3": "bench.smac_peer:SMAC3"}
+BUDGETED = {"smac3": "n_trials"}  # a peer told the campaign's budget, as its users tell it
 
 
 def own_datasets(names: tuple[str, ...] | None = None) -> dict[str, tuple[dict, str]]:
@@ -112,11 +115,20 @@ def run(history: History, settings: dict, variants: str, args: argparse.Namespac
         within: float) -> tuple[dict, float]:
     spec = CompareSpec(runner_settings=settings, variants=tuple(Variant.parse_list(variants)),
                        seeds=args.seeds, budget=budget, within=within, metric=settings.get("metric"),
-                       stop_at_near_optimal=args.stop_at_near_optimal)
+                       first_seed=args.first_seed, stop_at_near_optimal=args.stop_at_near_optimal)
     comparison = Comparison.create(history, spec)
     started = time.perf_counter()
     results = comparison.run(ProcessExecutor(args.workers))
     return results, time.perf_counter() - started
+
+
+def run_peer(history: History, settings: dict, name: str, args: argparse.Namespace, budget: int,
+             within: float) -> tuple[dict, float]:
+    """One peer's results, labelled by its name (a budgeted peer's variant carries the budget)."""
+    variant = f"{name}:{BUDGETED[name]}={budget}" if name in BUDGETED else name
+    results, seconds = run(history, settings, variant, args, budget, within)
+    results["algorithms"] = {name: next(iter(results["algorithms"].values()))}
+    return results, seconds
 
 
 def threshold(settings: dict) -> tuple[float, int, int]:
@@ -148,6 +160,10 @@ def chosen_tables(spec: str) -> dict[str, tuple[dict, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed+seeds-1: fresh ones report on what chose nothing")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help=f"the peers measured in the same run, the first being the figure's ({', '.join(PEERS)})")
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--datasets", default=",".join(DATASETS) + ",own")
@@ -170,7 +186,11 @@ def main() -> None:
             plot(saved["tables"], saved["default"], args.plot, Conditions.of(saved["conditions"]))
         return
     conditions = Conditions()  # before the run loads the machine
-    register(PEER, "bench.optuna_tpe:OptunaTPE")
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    if not peers or any(p not in PEERS for p in peers):
+        sys.exit(f"--peers {args.peers}: choose among {', '.join(PEERS)}")
+    for name in peers:
+        register(name, PEERS[name])
     args.out.mkdir(parents=True, exist_ok=True)
     history = History(f"sqlite:///{args.out / 'bench.sqlite'}")
     ours_labels = [v.label for v in Variant.parse_list(args.algorithms)]
@@ -183,7 +203,8 @@ def main() -> None:
         budget = min(args.budget, size)  # a small table: the budget is the whole table
         marks = [k for k in (50, 100, 200) if k < budget] + [budget]
         ours, ours_s = run(history, settings, args.algorithms, args, budget, within)
-        peer, peer_s = run(history, settings, PEER, args, budget, within)
+        measured = {name: run_peer(history, settings, name, args, budget, within) for name in peers}
+        peer = {"algorithms": {k: v for r, _ in measured.values() for k, v in r["algorithms"].items()}}
         algorithms = {**ours["algorithms"], **peer["algorithms"]}
         random_exact = ours["random_expected_success_at"]
         print(f"\n== {title}: near-optimal = within {within:.5g} of the best: {near} of {size} "
@@ -198,27 +219,32 @@ def main() -> None:
                   + "".join(f"{a['success_at'][k - 1]:>13.2f}" for k in marks) + f"{versus:>+11.2f}"
                   + (f"{'-':>18}" if a["ask_tell_ms_at_budget"] is None else f"{a['ask_tell_ms_at_budget']:>18.2f}"))
         print(f"{'(random, exact)':<14}{'':>32}" + "".join(f"{random_exact[k - 1]:>13.2f}" for k in marks))
-        tpe = np.array(peer["algorithms"][PEER]["evals_to_near_optimal"], float)
         contenders = {k: v for k, v in ours["algorithms"].items() if k != "random"}
         best = min(contenders, key=lambda k: (contenders[k]["median_evals_to_near_optimal"],
                                               -contenders[k]["success_at_budget"]))
-        ratios = {}
-        for role, label in (("default", args.default), ("best", best)):
-            evals = np.array(ours["algorithms"][label]["evals_to_near_optimal"], float)
-            # seeded by the table: its draws do not depend on the tables before it, and both roles get the same ones
-            rng = np.random.default_rng(zlib.crc32(key.encode()))
-            measure, point, low, high = paired_ratio(evals, tpe, budget, rng)
-            ratios[role] = {"algorithm": label, "measure": measure, "ratio": point, "low": low, "high": high}
-            print(f"ours/TPE ({role}: {label}, {measure}): {point:.2f}  95% CI [{low:.2f}, {high:.2f}]")
+        by_peer = {}
+        for name in peers:
+            theirs = np.array(peer["algorithms"][name]["evals_to_near_optimal"], float)
+            by_peer[name] = {}
+            for role, label in (("default", args.default), ("best", best)):
+                evals = np.array(ours["algorithms"][label]["evals_to_near_optimal"], float)
+                # seeded by the table: its draws do not depend on the tables before it, and every role and peer
+                # gets the same ones
+                rng = np.random.default_rng(zlib.crc32(key.encode()))
+                measure, point, low, high = paired_ratio(evals, theirs, budget, rng)
+                by_peer[name][role] = {"algorithm": label, "measure": measure, "ratio": point, "low": low, "high": high}
+                print(f"ours/{name} ({role}: {label}, {measure}): {point:.2f}  95% CI [{low:.2f}, {high:.2f}]")
+        ratios = by_peer[peers[0]]
         below_random = [s for s in SEARCHERS if s in ours["algorithms"]
                         and ours["algorithms"][s]["success_at_budget"] <= random_exact[budget - 1]
                         and budget < size]
         if below_random:
             print(f"not above random search's exact success at {budget}: {', '.join(below_random)}")
-        print(f"wall time: ours {ours_s:.0f} s, TPE {peer_s:.0f} s")
+        print("wall time: ours " + ", ".join([f"{ours_s:.0f} s"] + [f"{n} {s:.0f} s" for n, (_, s) in measured.items()]))
         report[key] = {"title": title, "within": within, "near_optimal": near, "size": size, "budget": budget,
-                       "ours": ours, "peer": peer, "ratios": ratios, "below_random": below_random,
-                       "wall_s": {"ours": ours_s, PEER: peer_s}}
+                       "ours": ours, "peer": peer, "ratios": ratios, "ratios_by_peer": by_peer,
+                       "below_random": below_random,
+                       "wall_s": {"ours": ours_s, **{n: s for n, (_, s) in measured.items()}}}
         saved = {"default": args.default, "conditions": conditions.as_dict(), "argv": sys.argv[1:], "tables": report}
         (args.out / "compare_algorithms.json").write_text(json.dumps(saved))  # after every dataset
     summarize(report, args.default)
@@ -227,20 +253,39 @@ def main() -> None:
         plot(report, args.default, args.plot, conditions)
 
 
+TARGETS = {"optuna-tpe": 0.8, "smac3": 1.0}  # the default's median over the peer's, at most, where search matters
+
+
 def summarize(report: dict, default: str) -> None:
-    """One line per table, then the geometric mean of the default's ratio to TPE (the target: <= 0.8)."""
-    print(f"\n== {default} against TPE, every table (below 1: fewer evaluations than TPE)")
-    searched = {k: r for k, r in report.items() if r["budget"] < r["size"]}  # else success is 1 for all
+    """One line per table with the default's ratio to each peer, then per peer the geometric mean and the tables
+    that miss its target: a median ratio above TARGETS (or a censored table's success ratio of 1 or more)."""
+    first = next(iter(report.values()))
+    peers = list(first.get("ratios_by_peer") or {PEER: None})  # a run saved before SMAC3 has TPE's alone
+    by_peer = {k: r.get("ratios_by_peer") or {PEER: r["ratios"]} for k, r in report.items()}
+    print(f"\n== {default} against {', '.join(peers)}, every table (below 1: fewer evaluations than the peer)")
+    searched = {k for k, r in report.items() if r["budget"] < r["size"]}  # else success is 1 for all
+    print(f"{'table':<40}" + "".join(f"{name:>26}" for name in peers))
     for key, r in report.items():
-        d = r["ratios"]["default"]
+        cells = []
+        for name in peers:
+            d = by_peer[key][name]["default"]
+            cells.append(f"{d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]{'s' if d['measure'].startswith('success') else ''}")
         note = "" if key in searched else "   (budget = whole table)"
-        print(f"{r['title']:<40}{d['ratio']:>7.2f}  [{d['low']:.2f}, {d['high']:.2f}]  {d['measure']}{note}")
-    finite = [r["ratios"]["default"]["ratio"] for r in report.values()
-              if 0 < r["ratios"]["default"]["ratio"] < float("inf")]
-    if finite:
-        confident = sum(r["ratios"]["default"]["high"] < 1 for r in report.values())
-        print(f"geometric mean over {len(finite)} tables: {float(np.exp(np.mean(np.log(finite)))):.2f} "
-              f"(target <= 0.8); upper end of the interval below 1 on {confident} of {len(report)} (target: half)")
+        print(f"{r['title'][:39]:<40}" + "".join(f"{c:>26}" for c in cells) + note)
+    print("(s: a censored table's ratio of success rates at the budget, the peer's over ours)")
+    for name in peers:
+        ratios = {k: by_peer[k][name]["default"] for k in report}
+        finite = [d["ratio"] for d in ratios.values() if 0 < d["ratio"] < float("inf")]
+        if not finite:
+            continue
+        target = TARGETS.get(name, 1.0)
+        missed = [report[k]["title"] for k, d in ratios.items() if k in searched
+                  and (d["ratio"] >= 1 if d["measure"].startswith("success") else d["ratio"] > target)]
+        confident = sum(d["high"] < 1 for d in ratios.values())
+        print(f"{default} / {name}: geometric mean over {len(finite)} tables {float(np.exp(np.mean(np.log(finite)))):.2f}; "
+              f"upper end of the interval below 1 on {confident} of {len(report)}; at most {target} on "
+              f"{len(searched) - len(missed)} of the {len(searched)} where search matters"
+              + (f" (not: {'; '.join(missed)})" if missed else ""))
 
 
 def plot(report: dict, default: str, path: Path, conditions: Conditions) -> Path:

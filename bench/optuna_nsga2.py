@@ -36,7 +36,7 @@ class OptunaNSGA2(OptunaTPE):
         self._study = None  # created at the first ask, once the number of objectives is known
         self._vectors: dict[Config, tuple[float, ...]] = {}
 
-    def _make_study(self, objectives: int) -> Any:
+    def _make_study(self, objectives: int = 2) -> Any:  # the base class calls it bare; _ask again with the width
         return optuna.create_study(directions=["minimize"] * objectives,
                                    sampler=optuna.samplers.NSGAIISampler(
                                        population_size=self.params.population_size, seed=self.seed))

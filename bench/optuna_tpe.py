@@ -54,32 +54,52 @@ class OptunaTPE(Tuner):
 
     def __init__(self, space: Any, **kwargs: Any):
         super().__init__(space, **kwargs)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self._study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
         self._distributions = {p.name: distribution(p) for p in space.parameters}
         self._asked_trials: dict[Config, Any] = {}
+        self._study = self._make_study()
+
+    # --- the peer library: Optuna here; bench/smac_peer.py replaces these five -------------------------
+    def _make_study(self) -> Any:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
+
+    def _propose(self) -> tuple[Any, dict[str, Any]]:
+        """The library's next proposal: a handle to report on, and its parameters."""
+        trial = self._study.ask(self._distributions)
+        return trial, trial.params
+
+    def _report(self, trial: Any, value: Any) -> None:
+        """The result of a proposal (None: it failed)."""
+        if value is None:
+            self._study.tell(trial, state=TrialState.FAIL)
+        else:
+            self._study.tell(trial, value)
+
+    def _moved(self, trial: Any) -> Any:
+        """A proposal that is measured as another configuration (snapped, repaired): TPE is told it failed and
+        learns the result under the configuration measured (``_learn_unasked``). Returns the handle to report
+        the measured value on instead, if any."""
+        self._report(trial, None)
+        return None
 
     def _ask(self, n: int) -> list[Config]:
         out: list[Config] = []
         for _ in range(n * MAX_REPROPOSALS):
             if len(out) == n:
                 break
-            trial = self._study.ask(self._distributions)
-            config = self.space.repair({k: self._snap(k, v) for k, v in trial.params.items()})
+            trial, params = self._propose()
+            config = self.space.repair({k: self._snap(k, v) for k, v in params.items()})
             if config is not None and self.known(config) and isinstance(self.space, TableSpace):
                 config = self.space.nearest(config, exclude=set(self._told) | set(self._asked) | set(out))
             if config is not None and config not in out and not self.known(config):
-                if config.to_dict() == {k: trial.params[k] for k in config}:
+                if config.to_dict() == {k: params[k] for k in config}:
                     self._asked_trials[config] = trial  # told under its own params
-                else:
-                    self._study.tell(trial, state=TrialState.FAIL)  # learnt under the measured config instead
+                elif (kept := self._moved(trial)) is not None:
+                    self._asked_trials[config] = kept
                 out.append(config)
                 continue
-            value = self._answer(config) if config is not None else None
-            if value is not None:
-                self._study.tell(trial, value)  # a repeat proposal: answered from what was measured
-            else:
-                self._study.tell(trial, state=TrialState.FAIL)
+            # a repeat proposal: answered from what was measured (None: nothing succeeded there)
+            self._report(trial, self._answer(config) if config is not None else None)
         return out + self.fresh(n - len(out), out)
 
     def _snap(self, name: str, value: Any) -> Any:
@@ -103,10 +123,7 @@ class OptunaTPE(Tuner):
         trial = self._asked_trials.pop(observation.config, None)
         value = self._value(observation)
         if trial is not None:
-            if value is None:
-                self._study.tell(trial, state=TrialState.FAIL)
-            else:
-                self._study.tell(trial, value)
+            self._report(trial, value)
         elif value is not None:
             self._learn_unasked(observation.config, value)
 

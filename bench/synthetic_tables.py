@@ -45,14 +45,29 @@ import numpy as np
 
 
 def table(seed: int, options: int = 12, interactions: int = 3, scale: float = 0.3, ordinals: int = 0,
-          levels: int = 6, shape: str = "smooth") -> tuple[np.ndarray, np.ndarray]:
-    """Every configuration (binary options, then ordinal positions) and its objective."""
+          levels: int = 6, shape: str = "smooth", structure: str = "pairs") -> tuple[np.ndarray, np.ndarray]:
+    """Every configuration (binary options, then ordinal positions) and its objective. ``structure="random"``
+    draws the interactions too: 0 to 8 terms, each among 2 or 3 options (chosen with a bias towards the
+    influential ones, as hierarchical effects are), and the share of influential options from 0.2 to 0.6."""
     rng = np.random.default_rng(seed)
     X = np.array(list(itertools.product(*[(0, 1)] * options, *[range(levels)] * ordinals)), dtype=int)
     influential = rng.random(options) < 0.4  # the rest change the objective by well under 1% each
     main = np.where(influential, rng.laplace(0.0, scale, size=options), rng.laplace(0.0, scale / 100, size=options))
     pairs = [tuple(rng.choice(options, size=2, replace=False)) for _ in range(interactions)]
     log_y = X[:, :options] @ main
+    if structure == "random":  # its own stream, redrawing the main effects' influence and every interaction
+        drawn = np.random.default_rng([seed, 4])
+        influential = drawn.random(options) < drawn.uniform(0.2, 0.6)
+        main = np.where(influential, drawn.laplace(0.0, scale, size=options),
+                        drawn.laplace(0.0, scale / 100, size=options))
+        log_y = X[:, :options] @ main
+        weights = np.where(influential, 3.0, 1.0) / np.where(influential, 3.0, 1.0).sum()
+        for _ in range(int(drawn.integers(0, 9))):
+            members = drawn.choice(options, size=int(drawn.integers(2, 4)), replace=False, p=weights)
+            log_y = log_y + drawn.laplace(0.0, 2 * scale) * np.prod(X[:, members], axis=1)
+        pairs = []
+    elif structure != "pairs":
+        raise ValueError(f"structure {structure!r}: choose pairs or random")
     for i, j in pairs:
         log_y = log_y + rng.laplace(0.0, 2 * scale) * X[:, i] * X[:, j]
     extra = np.random.default_rng([seed, 1])  # the ordinals' own stream: the binary effects stay the seed's
@@ -62,14 +77,20 @@ def table(seed: int, options: int = 12, interactions: int = 3, scale: float = 0.
     return X, y
 
 
-def numeric_table(seed: int, knobs: int | None = None, rows: int | None = None) -> tuple[list[dict], np.ndarray, np.ndarray]:
+def numeric_table(seed: int, knobs: int | None = None, rows: int | None = None,
+                  response: str = "smooth", noise: float | None = None) -> tuple[list[dict], np.ndarray, np.ndarray]:
     """A sampled table of many-valued numeric knobs, as a measured server's table is: ``knobs`` (6 to 12) integer
     or real knobs of 5 to 5,000 levels (buffer sizes and counts on a log grid, ratios and intervals on a linear
     one); a smooth response on each knob's own scale with a few interactions and a cliff or two; noise that grows
     with the objective; and a random *sample* of ``rows`` (2,000 to 5,000) configurations of the full grid, each
     measured 1 to 10 times. Returns the knobs (name, levels, log), the sample's level values and its repeats'
-    objectives (a time: lower is better)."""
+    objectives (a time: lower is better). ``response="bottleneck"``: the time is set by the slowest of 2 to 4
+    resources, each loaded by its own knobs (a soft maximum of their sums), so a knob matters only while its
+    resource is the bottleneck and the response is flat along most moves; its noise scale is drawn (3% to 15%).
+    ``noise`` makes the noise as large for the fastest configurations as for the slowest: each configuration's
+    CV is 2% + ``noise`` x U(0, 1), the regime where a lucky repeat passes for a better configuration."""
     rng = np.random.default_rng([seed, 2])
+    noise_scale = noise
     k = int(knobs or rng.integers(6, 13))
     n = int(rows or rng.integers(2000, 5001))
     specs = []
@@ -109,8 +130,26 @@ def numeric_table(seed: int, knobs: int | None = None, rows: int | None = None) 
         log_y = log_y + s * (u[:, i] - 0.5) * (u[:, j] - 0.5) * 4
     for i, edge, jump in cliffs:
         log_y = log_y + np.where(u[:, i] > edge, jump, 0.0)
+    noise = 0.08
+    if response == "bottleneck":  # its own stream: the smooth tables of a seed stay what they were
+        extra = np.random.default_rng([seed, 3])
+        resources = int(extra.integers(2, 5))
+        owner = extra.integers(resources, size=k)  # the resource each knob loads
+        parts = np.tile(extra.uniform(0.0, 0.5, resources), (len(u), 1))
+        for i in range(k):
+            parts[:, owner[i]] += effects[i](u[:, i])
+        for (i, j), size in zip(pairs, pair_size):
+            parts[:, owner[i]] += size * (u[:, i] - 0.5) * (u[:, j] - 0.5) * 4
+        for i, edge, jump in cliffs:
+            parts[:, owner[i]] += np.where(u[:, i] > edge, jump, 0.0)
+        sharp = 8.0  # a soft maximum: the slowest resource sets the time, the next ones a little
+        log_y = np.log(np.exp(sharp * (parts - parts.max(axis=1, keepdims=True))).sum(axis=1)) / sharp + parts.max(axis=1)
+        noise = float(extra.uniform(0.03, 0.15))
+    elif response != "smooth":
+        raise ValueError(f"response {response!r}: choose smooth or bottleneck")
     mean = 100.0 * np.exp(log_y - log_y.min())
-    cv = 0.02 + 0.08 * rng.random(len(mean)) * (mean / mean.max()) ** 0.5  # the slow ones are noisier
+    slower = (mean / mean.max()) ** 0.5 if noise_scale is None else 1.0  # by default the slow ones are noisier
+    cv = 0.02 + (noise if noise_scale is None else noise_scale) * rng.random(len(mean)) * slower
     repeats = rng.integers(1, 11, size=len(mean))
     values = np.column_stack([specs[i]["values"][picks[:, i]] for i in range(k)])
     runs = [mean[r] * np.exp(rng.normal(0.0, cv[r], size=repeats[r])) for r in range(len(mean))]
@@ -160,15 +199,23 @@ def main() -> None:
     parser.add_argument("--ordinals", type=int, default=0, help="ordinal options beside the binary ones")
     parser.add_argument("--levels", type=int, default=6, help="values of each ordinal option")
     parser.add_argument("--shape", choices=("smooth", "cliff"), default="smooth", help="how the ordinals act")
+    parser.add_argument("--structure", choices=("pairs", "random"), default="pairs",
+                        help="the binary options' interactions: --interactions pairs, or drawn at random (table)")
     parser.add_argument("--sample", default="", help="NAME:SHARE,...: rows sampled from ../shared's MOOT tables")
     parser.add_argument("--numeric", action="store_true",
                         help="sampled tables of 6 to 12 many-valued numeric knobs instead (numeric_table)")
+    parser.add_argument("--noise", type=float, default=None,
+                        help="of a --numeric table: each configuration's CV is 2%% + NOISE x U(0, 1), fast or slow (default: "
+                             "up to 10%% for the slowest, less for the faster)")
+    parser.add_argument("--response", choices=("smooth", "bottleneck"), default="smooth",
+                        help="of a --numeric table: a smooth sum of effects, or the slowest of a few resources")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.numeric:
         for seed in range(args.first_seed, args.first_seed + args.tables):
-            specs, values, runs = numeric_table(seed)
-            path = args.out / f"numeric-{seed}.csv"
+            specs, values, runs = numeric_table(seed, response=args.response, noise=args.noise)
+            tag = ("" if args.response == "smooth" else f"-{args.response}") + ("" if args.noise is None else f"-noise{args.noise:g}")
+            path = args.out / f"numeric-{seed}{tag}.csv"
             write_numeric(path, specs, values, runs)
             means = np.array([r.mean() for r in runs])
             near = int(np.sum(means <= means.min() / 0.9))
@@ -182,8 +229,9 @@ def main() -> None:
         return
     for seed in range(args.first_seed, args.first_seed + args.tables):
         X, y = table(seed, args.options, args.interactions, ordinals=args.ordinals, levels=args.levels,
-                     shape=args.shape)
-        path = args.out / f"synthetic-{seed}{f'-{args.shape}' if args.ordinals else ''}.csv"
+                     shape=args.shape, structure=args.structure)
+        tag = (f"-{args.shape}" if args.ordinals else "") + ("-random" if args.structure == "random" else "")
+        path = args.out / f"synthetic-{seed}{tag}.csv"
         write(path, X, y, args.options)
         near = int(np.sum(y <= y.min() / 0.99))
         print(f"{path}: {len(y)} configurations, {near} within 1% of the best, spread {y.max() / y.min():.1f}x")

@@ -1,0 +1,109 @@
+"""The benchmarks' peers (bench/optuna_tpe.py, bench/smac_peer.py) and the generators of the tables they meet."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storetune.runners import make_runner
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory) -> Path:
+    """A small sampled table of many-valued numeric knobs, written as bench/synthetic_tables.py --numeric does."""
+    tables = module("synthetic_tables")
+    specs, values, runs = tables.numeric_table(7, knobs=5, rows=400, response="bottleneck")
+    path = tmp_path_factory.mktemp("peers") / "numeric.csv"
+    tables.write_numeric(path, specs, values, runs)
+    return path
+
+
+@pytest.mark.parametrize("peer", ["optuna_tpe:OptunaTPE", "smac_peer:SMAC3"])
+def test_a_peer_on_a_sampled_table_measures_only_listed_configurations_once_each(peer, sampled):
+    pytest.importorskip("optuna")
+    if peer.startswith("smac"):
+        pytest.importorskip("smac")
+    sys.path.insert(0, str(ROOT))  # the peers import bench.optuna_tpe
+    try:
+        name, cls = peer.split(":")
+        Peer = getattr(importlib.import_module(f"bench.{name}"), cls)
+    finally:
+        sys.path.remove(str(ROOT))
+    runner = make_runner("dataset", {"dataset": [str(sampled)]})
+    means = runner.table.means(next(iter(runner.metrics())))
+    tuner = Peer(runner.space, seed=3, **({"params": {"n_trials": 40}} if cls == "SMAC3" else {}))
+    asked = []
+    for _ in range(40):
+        (config,) = tuner.ask(1)
+        asked.append(config)
+        tuner.tell(config, means[config])
+    assert len(set(asked)) == 40 and all(runner.space.contains(c) for c in asked)
+    # told under numbers: a many-valued knob is an int distribution to the peer, on a log scale where its
+    # values span two decades, and the peer learns from it: the second half beats the first on average
+    numeric = [p for p in runner.space.parameters if len(p.values) > 10]
+    assert numeric and all(type(tuner._distributions[p.name]).__name__ == "IntDistribution" for p in numeric)
+    first, second = (np.mean([means[c] for c in half]) for half in (asked[:20], asked[20:]))
+    assert second < first
+
+
+def test_the_smac_peer_cleans_up_its_output_folder(sampled):
+    pytest.importorskip("smac")
+    import gc
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench.smac_peer import SMAC3
+    finally:
+        sys.path.remove(str(ROOT))
+    runner = make_runner("dataset", {"dataset": [str(sampled)]})
+    tuner = SMAC3(runner.space, seed=1, params={"n_trials": 10})
+    output = Path(tuner._output)
+    tuner.tell(*(lambda c: (c, 1.0))(tuner.ask(1)[0]))
+    assert output.is_dir()
+    del tuner
+    gc.collect()
+    assert not output.exists()
+
+
+def test_bottleneck_tables_share_the_smooth_tables_sample_and_flatten_it():
+    """The slowest of a few resources sets the time: the same sample as the smooth table of the seed, and a knob
+    whose resource is rarely the bottleneck barely moves the objective, so that fewer knobs explain it."""
+    tables = module("synthetic_tables")
+    smooth = tables.numeric_table(11, knobs=8, rows=2000)
+    flat = tables.numeric_table(11, knobs=8, rows=2000, response="bottleneck")
+    assert [s["name"] for s in smooth[0]] == [s["name"] for s in flat[0]]
+    assert np.array_equal(smooth[1], flat[1])  # the same sample: only the response differs
+
+    def explained(values, runs):  # how much of log y each knob's rank explains alone (Spearman's rho squared)
+        from scipy.stats import spearmanr
+
+        y = np.log([r.mean() for r in runs])
+        return sorted(spearmanr(values[:, i], y).statistic ** 2 for i in range(values.shape[1]))
+
+    assert not np.allclose(explained(*smooth[1:]), explained(*flat[1:]))
+    with pytest.raises(ValueError, match="smooth or bottleneck"):
+        tables.numeric_table(11, response="steep")
+
+
+def test_binary_tables_with_random_structure_keep_the_default_tables_unchanged():
+    tables = module("synthetic_tables")
+    X, y = tables.table(1000)
+    X2, y2 = tables.table(1000, structure="pairs")
+    assert np.array_equal(y, y2)
+    drawn = [tables.table(seed, structure="random")[1] for seed in (1000, 1001)]
+    assert not np.allclose(drawn[0], y) and not np.allclose(drawn[0], drawn[1])
+    assert len(X) == 4096 and all(np.isfinite(d).all() and d.min() > 0 for d in drawn)
