@@ -108,7 +108,8 @@ def spaces() -> str:
            "it comes from.", ""]
     for name in list_spaces():
         space = load_space(name)
-        size = f"{space.cardinality():,} configurations" if space.finite else "continuous"
+        n = space.cardinality() if space.finite else None
+        size = "continuous" if n is None else f"{n:,} configurations" if n < 10**9 else f"about {n:.1e} configurations"
         out += [f"## `{name}`", "", f"{space.description} ({len(space.parameters)} parameters, {size}).", "",
                 "| parameter | domain | default | when | what it is | source |", "|---|---|---|---|---|---|"]
         for p in space.to_dict()["parameters"]:

@@ -89,7 +89,8 @@ class DeviceSettings(RunnerSettings):
     runner: ClassVar[str] = "storetune.runners.device.runner:DeviceRunner"
 
     space: str = Field("storage_v2", max_length=100, pattern=SPACE_NAME,
-                       description="A file-system space: storage_v1 or storage_v2.")
+                       description="A file-system space: storage_v1, storage_v2, or storage_full (storage_v2 with "
+                                   "its many-valued knobs at their full ranges).")
     workload: Literal["fileserver", "varmail", "webserver", "oltp"] = Field(
         "fileserver", description="The Filebench personality.")
     device: str = setting("loop", policy="device", min_length=1,

@@ -81,9 +81,14 @@ def space_from_dict(data: dict[str, Any], *, base: SearchSpace | None = None) ->
         first = e.errors()[0]
         where = ".".join(map(str, first["loc"]))
         raise ValueError(f"space {data.get('name', '?')!r}: {where}: {first['msg']}") from None
-    params = list(base.parameters) if base else []
+    # a parameter named as one of the base's replaces it where it stands (storage_full widens storage_v2's
+    # domains); the others follow the base's
+    own = {p.name: p.build() for p in spec.parameters}
+    if len(own) != len(spec.parameters):
+        raise ValueError(f"space {spec.name!r}: parameter names repeat")
+    params = [own.pop(p.name, p) for p in base.parameters] if base else []
     forbidden = list(base.forbidden) if base else []
-    params += [p.build() for p in spec.parameters]
+    params += list(own.values())
     forbidden += [Forbidden(Condition.parse(f.when), f.reason) for f in spec.forbidden]
     description = spec.description or (base.description if base else "")
     start = spec.start or (base.start if base else None)

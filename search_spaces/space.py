@@ -90,6 +90,11 @@ class SearchSpace:
         # Free parameters multiply the space; factoring them out keeps enumerate and count fast.
         self._free = [p for p in self.parameters if p.when.always and p.name not in referenced]
         self._bound = [p for p in self.parameters if p not in self._free]
+        self._position = {p.name: i for i, p in enumerate(self.parameters)}
+        # per bound parameter: the names whose values a later bound parameter's condition or rule reads
+        self._decides = [set().union(*[q.when.referenced() | {n for r in self._rules_at.get(self._position[q.name], ())
+                                                              for n in r.condition.referenced()}
+                                       for q in self._bound[k + 1:]]) for k in range(len(self._bound))]
 
     # --- lookup ---------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Parameter:
@@ -256,7 +261,27 @@ class SearchSpace:
         """How many valid configurations there are; None for a space with a real parameter."""
         if not self.finite:
             return None
-        return sum(1 for _ in self._enumerate_bound()) * math.prod(p.size for p in self._free)
+        return self._count_bound(0, {}) * math.prod(p.size for p in self._free)
+
+    def _count_bound(self, k: int, partial: dict[str, Value]) -> int:
+        """The valid combinations of the bound parameters from the k-th on, given the earlier ones: counted, not
+        listed, wherever a parameter's value decides nothing later (storage_full's conditional integers have
+        billions of combinations; listing them to count them never ends)."""
+        if k == len(self._bound):
+            return 1
+        p = self._bound[k]
+        index = self._position[p.name]
+        if not p.when.holds(partial):
+            return self._count_bound(k + 1, partial)
+        if p.name not in self._decides[k] and not self._rules_at.get(index):
+            return p.size * self._count_bound(k + 1, partial)
+        total = 0
+        for v in p.domain():
+            partial[p.name] = v
+            if not any(rule.condition.holds(partial) for rule in self._rules_at.get(index, ())):
+                total += self._count_bound(k + 1, partial)
+            partial.pop(p.name)
+        return total
 
     def _enumerate_bound(self) -> Iterator[dict[str, Value]]:
         index = {p.name: i for i, p in enumerate(self.parameters)}

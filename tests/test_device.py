@@ -422,3 +422,29 @@ def test_without_root_the_device_runner_says_so(loop_dir, monkeypatch):
     with pytest.raises(DeviceError, match=r"^the device runner needs root \(losetup, mkfs, mount, sysfs\): run it "
                                           r"as root or with sudo$"):
         runner(loop_dir)
+
+
+def test_storage_full_measures_the_ends_of_its_ranges_and_puts_the_dirty_limits_back(loop_dir):
+    """storage_full's many-valued knobs at both ends of their ranges (the smallest loop device the runner makes,
+    the largest journal, the deepest queue, the longest commit, the tightest and loosest dirty limits) are
+    measured, not refused; the dirty limits are the configuration's during the run and the host's after it."""
+    vm = Path("/proc/sys/vm")
+    before = {name: (vm / name).read_text() for name in ("dirty_bytes", "dirty_ratio", "dirty_background_bytes",
+                                                           "dirty_background_ratio")}
+    r = runner(loop_dir, space="storage_full", runtime_s=1, loop_size_mib=300, fileset_mib=16)
+    space = r.space
+    ends = {p.name: (p.low, p.high) if p.low is not None else (p.values[0], p.values[-1])
+            for p in space.parameters if p.name in ("inode_size", "commit_s", "journal_mib", "read_ahead_kb",
+                                                    "nr_requests", "dirty_mib", "dirty_background_pct")}
+    for end, block in ((0, 1024), (1, 4096)):
+        config = space.validate({"fs": "ext4", "block_size": block, "io_scheduler": "mq-deadline",
+                                 **{name: pair[end] for name, pair in ends.items()}}, fill_defaults=True)
+        m = r.run(config, r.workload, seed=1)
+        assert m.status is Status.SUCCEEDED, (config, m.reason)
+        assert f"-J size={config['journal_mib']}" in m.env["mkfs"] and f"commit={config['commit_s']}" in m.env["mount_options"]
+        assert m.env["queue"]["nr_requests"] == str(config["nr_requests"])
+        limit = config["dirty_mib"]
+        background = max(1, limit * config["dirty_background_pct"] // 100)  # in whole MiB
+        assert m.env["dirty_mib"] == {"background": background, "limit": limit}
+    assert {name: (vm / name).read_text() for name in before} == before
+    r.close()

@@ -62,3 +62,40 @@ def test_admission_threshold_applies_to_regressors_and_cutoff_labels():
         space.validate({"model_kind": "regressor", "loss_bias": 1.0}, fill_defaults=True)
     with pytest.raises(InvalidConfig, match="class_weight"):
         space.validate({"model_kind": "classifier", "class_weight": 0.5}, fill_defaults=True)
+
+
+def test_storage_full_widens_storage_v2_in_place_and_keeps_its_rules():
+    """storage_full names storage_v2's many-valued knobs again: each is replaced where it stands, on a log
+    scale where the kernel's own scale is; the rest, and the forbidden combinations, are storage_v2's."""
+    from storetune.search_spaces import Kind
+
+    v2, full = load_space("storage_v2"), load_space("storage_full")
+    assert [p.name for p in full.parameters][: len(v2.parameters)] == [p.name for p in v2.parameters]
+    assert [p.name for p in full.parameters][len(v2.parameters):] == ["journal_mib", "dirty_mib", "dirty_background_pct"]
+    for name, low, high in (("read_ahead_kb", 4, 16384), ("nr_requests", 4, 2048), ("commit_s", 1, 300)):
+        p = full[name]
+        assert (p.kind, p.low, p.high, p.log) == (Kind.INTEGER, low, high, True)
+    assert full["fs"] == v2["fs"] and full.forbidden == v2.forbidden
+    # with no scheduler the hardware queue bounds nr_requests, which the space cannot know: it is left alone
+    assert "nr_requests" not in full.validate({"fs": "xfs", "io_scheduler": "none"}, fill_defaults=True)
+    assert full.validate({"fs": "xfs", "io_scheduler": "bfq", "nr_requests": 2048}, fill_defaults=True)["nr_requests"] == 2048
+    with pytest.raises(InvalidConfig, match="nr_requests"):
+        full.validate({"fs": "xfs", "io_scheduler": "bfq", "nr_requests": 2049}, fill_defaults=True)
+
+
+def test_a_space_counts_its_configurations_without_listing_them():
+    """storage_full holds about 10^21 configurations: counted from its conditions, not listed; on spaces small
+    enough to list, the count is the listing's length."""
+    assert load_space("storage_full").cardinality() > 10**20  # listed, this would outlast the test's timeout
+    for name in ("storage_v1", "storage_v2"):
+        space = load_space(name)
+        assert space.cardinality() == sum(1 for _ in space.enumerate())
+
+
+def test_an_extending_space_may_not_name_a_parameter_twice():
+    from storetune.search_spaces.catalog import space_from_dict
+
+    twice = {"name": "x", "extends": "storage_v1",
+             "parameters": [{"name": "t", "kind": "integer", "low": 1, "high": 2}] * 2}
+    with pytest.raises(ValueError, match="parameter names repeat"):
+        space_from_dict(twice, base=load_space("storage_v1"))

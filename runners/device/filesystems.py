@@ -1,4 +1,4 @@
-"""From a storage_v1/v2 configuration to the real mkfs command line and mount options."""
+"""From a storage_v1/v2/full configuration to the real mkfs command line and mount options."""
 
 from __future__ import annotations
 
@@ -32,13 +32,16 @@ class Build:
 
 
 def build(config: Mapping[str, Any]) -> Build:
-    """The mkfs and mount of a configuration. Every knob of storage_v1/v2 maps to one option here."""
+    """The mkfs and mount of a configuration. Every knob of storage_v1/v2/full maps to one option here, but
+    storage_full's dirty limits, which are the host's (``dirty_limits``)."""
     fs = config["fs"]
     options = [config.get("atime", "relatime")]
     if fs in ("ext2", "ext3", "ext4"):
         mkfs = [MKFS[fs][0], "-F", "-q", "-b", str(config["block_size"]), "-I", str(config["inode_size"])]
         if fs == "ext4":
             mkfs += ["-G", str(config["flex_bg_size"])]
+        if "journal_mib" in config:  # storage_full's; storage_v1/v2 leave the journal's size to mke2fs
+            mkfs += ["-J", f"size={config['journal_mib']}"]
         # Initialise inode tables and journal now, or the kernel zeroes them during the measurement.
         mkfs += ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
         if fs != "ext2":
@@ -55,3 +58,13 @@ def build(config: Mapping[str, Any]) -> Build:
         raise ValueError(f"no file system {fs!r}")
     queue = {attr: config[name] for name, attr in QUEUE_PARAMETERS.items() if name in config}
     return Build(fs, mkfs, options, queue)
+
+
+def dirty_limits(config: Mapping[str, Any], default_mib: int | None) -> tuple[int, int] | None:
+    """vm.dirty_background_bytes and vm.dirty_bytes for a run, in MiB: storage_full's ``dirty_mib`` and
+    ``dirty_background_pct`` where the configuration has them, else the runner's ``dirty_limit_mib`` (a quarter
+    of it in the background), else None: the host's own settings."""
+    if "dirty_mib" in config:
+        limit = int(config["dirty_mib"])
+        return max(1, limit * int(config.get("dirty_background_pct", 25)) // 100), limit
+    return (max(1, default_mib // 4), default_mib) if default_mib else None

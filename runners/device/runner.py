@@ -30,7 +30,7 @@ from storetune.runners.base import (
 from storetune.runners.device.engines import (
     EngineOutputError, TimedRun, engine_env, engine_version, run_filebench, run_fio, settle,
 )
-from storetune.runners.device.filesystems import MKFS, build
+from storetune.runners.device.filesystems import MKFS, build, dirty_limits
 from storetune.runners.device.personalities import MIB, device_bytes_needed, job_version, personality
 from storetune.runners.device.shell import CommandFailed, CommandTimeout, DryRunShell, Shell
 from storetune.runners.device.host import HostSettings
@@ -70,7 +70,7 @@ class DeviceRunner(RunnerBase):
         device, fileset_mib = settings.device, settings.fileset_mib
         self.space = load_space(space)
         if "fs" not in self.space:
-            raise ValueError(f"the device runner measures file-system spaces (storage_v1/v2), not {space!r}")
+            raise ValueError(f"the device runner measures file-system spaces (storage_v1, storage_v2, storage_full), not {space!r}")
         self.personality = personality(workload, fileset_mib * MIB)
         self.engine, self.runtime_s = engine, runtime_s
         self.timeout_s = settings.timeout_s or runtime_s * 3 + SETUP_TIMEOUT_S
@@ -196,7 +196,10 @@ class DeviceRunner(RunnerBase):
             if not self.shell.dry_run:  # what the kernel says it runs with, not what was asked
                 env["queue"] = {a: current_queue_value(self.shell, target.queue(a)) for a in plan.queue}
             bench_started = time.monotonic()
-            metrics = self._benchmark(str(mountpoint), workdir, seed, timings)
+            limits = dirty_limits(config, self.dirty_limit_mib)
+            if limits:
+                env["dirty_mib"] = {"background": limits[0], "limit": limits[1]}
+            metrics = self._benchmark(str(mountpoint), workdir, seed, timings, limits)
             timings["benchmark"] = round(time.monotonic() - bench_started - timings.get("host_lock_wait", 0.0)
                                          - timings.get("settle", 0.0), 3)
             return Measurement(Status.SUCCEEDED, metrics, env=env, duration_s=time.monotonic() - started)
@@ -217,10 +220,11 @@ class DeviceRunner(RunnerBase):
                 self._unmount(str(mountpoint), mounted)
             timings["teardown"] = round(time.monotonic() - teardown_started, 3)
 
-    def _benchmark(self, mountpoint: str, workdir: Path, seed: int, timings: dict[str, float]) -> dict[str, float]:
+    def _benchmark(self, mountpoint: str, workdir: Path, seed: int, timings: dict[str, float],
+                   limits: tuple[int, int] | None = None) -> dict[str, float]:
         # Filebench's worker processes share memory at fixed addresses: with address-space randomisation on,
-        # they hang after starting. That, and the dirty limit, are the host's: the run holds them exclusively.
-        changes = bool(self.dirty_limit_mib) or self.engine != "fio"
+        # they hang after starting. That, and the dirty limits, are the host's: the run holds them exclusively.
+        changes = bool(limits) or self.engine != "fio"
         host = HostSettings(self.shell)
         with host.hold(exclusive=changes, timeout_s=self.timeout_s + SETUP_TIMEOUT_S) as waited, ExitStack() as held:
             timings["host_lock_wait"] = round(waited, 3)
@@ -229,11 +233,12 @@ class DeviceRunner(RunnerBase):
             settle_started = time.monotonic()
             settle(self.shell)
             timings["settle"] = round(time.monotonic() - settle_started, 3)
-            if self.dirty_limit_mib:
+            if limits:
                 # With the kernel's defaults (10% and 20% of memory) a 10 s run's writes mostly stay in the page
                 # cache; limited, they reach the device during the run. Off by default: interleaved with the
-                # default, it did not lower the repeat noise (README, "The measurement protocol").
-                for kind, limit in (("dirty_background", self.dirty_limit_mib // 4), ("dirty", self.dirty_limit_mib)):
+                # default, it did not lower the repeat noise (README, "The measurement protocol"). storage_full
+                # tunes them per configuration.
+                for kind, limit in zip(("dirty_background", "dirty"), limits):
                     in_force = VM / f"{kind}_bytes"
                     if self.shell.read(in_force) in ("", "0"):
                         in_force = VM / f"{kind}_ratio"  # writing *_bytes zeroes it; writing it back restores it
