@@ -146,7 +146,14 @@ def holding(held: int, grid: int) -> str:
     if held >= grid:
         return f"{held:,} configurations, the whole grid of its parameters' values"
     share = held / grid
-    shown = f"{share:.0%}" if share >= 0.01 else f"{share:.2%}" if share >= 1e-4 else f"1 in {round(1 / share):,}" if share >= 1e-6 else f"1 in {1 / share:.1e}"
+    if share >= 0.01:
+        shown = f"{share:.0%}"
+    elif share >= 1e-4:
+        shown = f"{share:.2%}"
+    elif share >= 1e-6:
+        shown = f"1 in {round(1 / share):,}"
+    else:  # a sample of a grid of 10^20: the ratio's exponent is what a reader can take in
+        shown = f"1 in {1 / share:.1e}"
     return (f"{held:,} configurations, {shown} of the {grid:,} combinations of its parameters' values: a sample, "
             "where a one-parameter move lands on the nearest listed configuration")
 

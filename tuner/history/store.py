@@ -359,11 +359,7 @@ class History:
 
     def evaluations(self, campaign_id: int, repeats: int) -> int:
         """``analysis.evaluations`` counted by the database: finished trials and adaptive re-measurements."""
-        extra = case((TrialRecord.runs > repeats, TrialRecord.runs - repeats), else_=0)
-        query = (select(func.sum(1 + extra)).where(TrialRecord.campaign_id == campaign_id,
-                                                   TrialRecord.status.in_([s.value for s in Status if s.terminal])))
-        with self.session() as s:
-            return int(s.scalar(query) or 0)
+        return self.progress(campaign_id, repeats)[1]
 
     def best_trial(self, campaign_id: int, direction: str, most_measured: bool = False) -> TrialView | None:
         """The succeeded trial with the best value (ties: the earliest), among those measured the most
