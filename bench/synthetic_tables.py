@@ -30,6 +30,15 @@ most, as the kernel's own sizes are), a smooth response with a few interactions 
 that grows with the objective, and a random sample of 2,000 to 5,000 of the grid's configurations, each
 measured 1 to 10 times (one row per run).
 
+``--response bottleneck`` makes the time the slowest of 2 to 4 resources, each loaded by its own knobs, so
+that the response is flat along most moves; ``--noise X`` gives every configuration, fast or slow, a CV of
+2% + X x U(0, 1), the regime where a lucky repeat passes for a better configuration.
+
+    .venv/bin/python bench/synthetic_tables.py --out results/binary --tables 20 --structure random --first-seed 3000
+
+``--structure random`` draws a 12-binary table's interactions too: 0 to 8 terms among 2 or 3 options each
+(biased towards the influential options), and the share of influential options from 0.2 to 0.6.
+
 ``--sample NAME:SHARE`` instead writes a table of ``SHARE`` of the rows of a measured MOOT table, drawn at
 random (pandas, seed ``--first-seed``): a sampled table, whose configurations no longer form a grid, so
 that one-option moves land on the nearest listed configuration, as on SQL_AllMeasurements.
