@@ -1,4 +1,4 @@
-"""Benchmark: StoreTune's algorithms against Optuna's TPE on exhaustive tables.
+"""Benchmark: StoreTune's algorithms against Optuna's TPE and SMAC3 on exhaustive tables.
 
     .venv/bin/pip install -e '.[bench]'       # Optuna, the peer
     .venv/bin/python bench/compare_algorithms.py [--seeds 100] [--budget 200] [--datasets bdbc,7z,own]
@@ -10,9 +10,9 @@ For each table: the near-optimal threshold, chosen so that 0.1% to 1% of its
 configurations are near-optimal (1% of the best where that already holds), then per algorithm the
 median evaluations to a near-optimal configuration with the IQR, the success rate at 50/100/200
 evaluations against random search's exact curve, and the mean ask+tell time over the last 10
-evaluations. Then the default algorithm's median over TPE's (and our post-hoc best's), with a paired
+evaluations. Then the default algorithm's median over each peer's (and our post-hoc best's), with a paired
 bootstrap 95% interval over the seeds; where a median is censored (most seeds never succeeded), the
-ratio of success rates at the budget (TPE's / ours), so that below 1 always means "ours needs fewer
+ratio of success rates at the budget (the peer's / ours), so that below 1 always means "ours needs fewer
 evaluations". At the end, the geometric mean of the ratios across tables, and the wall time of our
 five algorithms on BDBC (target: 10 minutes for 100 seeds x 200 evaluations).
 A table smaller than --budget is compared with the whole table as the budget.
@@ -69,7 +69,7 @@ DATASETS = {
 }
 OURS = "random,sa,ga,bo,dqn"
 SEARCHERS = ("sa", "ga", "bo")  # each must beat random search's exact success curve
-PEER = "optuna-tpe"  # the first peer: the figure's, and the saved runs' "ratios"
+PEER = "optuna-tpe"  # the peer of runs saved before --peers existed
 # the peers, each set up as its users would and behind the same snapping protocol (bench/optuna_tpe.py)
 PEERS = {"optuna-tpe": "bench.optuna_tpe:OptunaTPE", "smac3": "bench.smac_peer:SMAC3"}
 BUDGETED = {"smac3": "n_trials"}  # a peer told the campaign's budget, as its users tell it
@@ -169,10 +169,10 @@ def main() -> None:
     parser.add_argument("--datasets", default=",".join(DATASETS) + ",own")
     parser.add_argument("--algorithms", default=OURS, help="ours, as `storetune compare --algorithms` takes them")
     parser.add_argument("--default", default=DEFAULT_ALGORITHM,
-                        help="the algorithm whose ratio to TPE is the target (tune's default)")
+                        help="the algorithm whose ratio to each peer is the target (tune's default)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench")
     parser.add_argument("--plot", type=Path, metavar="SVG",
-                        help="draw each table's success curves (ours, TPE, random search's exact curve) to this SVG")
+                        help="draw each table's success curves (ours, the peers, random search's exact curve) to this SVG")
     parser.add_argument("--from", dest="saved", type=Path, metavar="JSON",
                         help="print and draw a saved run's compare_algorithms.json again, measuring nothing")
     parser.add_argument("--stop-at-near-optimal", action="store_true",
@@ -288,21 +288,27 @@ def summarize(report: dict, default: str) -> None:
               + (f" (not: {'; '.join(missed)})" if missed else ""))
 
 
+def first_peer(table: dict) -> str:
+    """The peer a table's "ratios" are against: the first of --peers (TPE in a run saved before --peers)."""
+    return next(iter(table.get("ratios_by_peer") or {PEER: None}))
+
+
 def plot(report: dict, default: str, path: Path, conditions: Conditions) -> Path:
     """One panel per table: the share of seeds that have found a near-optimal configuration after k evaluations,
-    for each algorithm, TPE and random search's exact curve (dashed); the default drawn heaviest."""
+    for each algorithm, each peer and random search's exact curve (dashed); the default and the first peer
+    (whose ratio the title gives) drawn heaviest."""
     fig, axes = grid(len(report))
     for ax, r in zip(axes, report.values()):
         curves = {**r["ours"]["algorithms"], **r["peer"]["algorithms"]}
         x = np.arange(1, r["budget"] + 1)
         for label, a in curves.items():
-            lead = label in (default, PEER)
+            lead = label in (default, first_peer(r))
             ax.plot(x, a["success_at"], color=COLOURS.get(label.split("[")[0]), lw=2.0 if lead else 0.9,
                     alpha=1.0 if lead else 0.6, label=label)
         ax.plot(x, r["ours"]["random_expected_success_at"], color=COLOURS["random"], ls="--", lw=1.0,
                 label="random (exact)")
         d = r["ratios"]["default"]
-        ratio = f"{default}/TPE {d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+        ratio = f"{default}/{first_peer(r)} {d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
         ax.set_title(f"{r['title']}\n{r['near_optimal']} of {r['size']:,} near-optimal; {ratio}", fontsize=8)
         ax.set_ylim(0, 1.02)
         ax.set_xlim(0, r["budget"])
@@ -312,7 +318,8 @@ def plot(report: dict, default: str, path: Path, conditions: Conditions) -> Path
     for ax in axes[-4:]:
         ax.set_xlabel("evaluations")
     legend(fig, axes[0])
-    seeds = len(next(iter(report.values()))["peer"]["algorithms"][PEER]["evals_to_near_optimal"])
+    first = next(iter(report.values()))
+    seeds = len(first["peer"]["algorithms"][first_peer(first)]["evals_to_near_optimal"])
     return save(fig, path, f"Success against evaluations, {seeds} seeds per table", conditions)
 
 

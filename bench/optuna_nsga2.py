@@ -36,7 +36,10 @@ class OptunaNSGA2(OptunaTPE):
         self._study = None  # created at the first ask, once the number of objectives is known
         self._vectors: dict[Config, tuple[float, ...]] = {}
 
-    def _make_study(self, objectives: int = 2) -> Any:  # the base class calls it bare; _ask again with the width
+    def _make_study(self, objectives: int | None = None) -> Any:
+        """None until the first ask knows how many objectives there are (the base class calls it bare)."""
+        if objectives is None:
+            return None
         return optuna.create_study(directions=["minimize"] * objectives,
                                    sampler=optuna.samplers.NSGAIISampler(
                                        population_size=self.params.population_size, seed=self.seed))

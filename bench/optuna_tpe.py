@@ -54,13 +54,13 @@ class OptunaTPE(Tuner):
 
     def __init__(self, space: Any, **kwargs: Any):
         super().__init__(space, **kwargs)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._distributions = {p.name: distribution(p) for p in space.parameters}
         self._asked_trials: dict[Config, Any] = {}
         self._study = self._make_study()
 
     # --- the peer library: Optuna here; bench/smac_peer.py replaces these five -------------------------
     def _make_study(self) -> Any:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         return optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
 
     def _propose(self) -> tuple[Any, dict[str, Any]]:

@@ -2,16 +2,20 @@
 
 Installed only for the benchmarks (`pip install -e '.[bench]'`; SMAC 2.4's random forest is scikit-learn's, so
 nothing is compiled). Set up as a SMAC user would and as fair as bench/optuna_tpe.py is to TPE, with whose
-protocol it shares everything but the library calls:
+protocol it shares all but two things (said below):
 - each parameter is declared as the TPE peer declares it (``optuna_tpe.distribution``): a numeric ordinal of
   more than 10 values an Integer or Float, on a log scale where its values are positive and span two decades,
   the rest categories;
 - the Scenario is given the campaign's budget as ``n_trials``, which sizes SMAC's Sobol initial design
   (10 per parameter, at most a quarter of the budget), and ``deterministic=True``: a table's repeat is one
   draw, and the facade would otherwise spend evaluations re-measuring its incumbent;
-- a proposal is snapped to the nearest listed value and, on a table, the nearest unmeasured configuration,
-  and SMAC is told the measured value at the point it proposed; a proposal already measured is answered
-  from what was measured, at no cost, and SMAC is asked again.
+- a proposal is snapped to the nearest listed value and, on a table, the nearest unmeasured configuration;
+  a proposal already measured is answered from what was measured, at no cost, and SMAC is asked again;
+- unlike TPE, which is told that a snapped proposal failed and learns the result under the configuration
+  measured, SMAC is told the measured value at the point it proposed: its intensifier keeps every asked
+  trial running until it is told, and a failure would be a crash cost at a point nothing measured;
+- a failure costs SMAC the worst loss seen so far (its own default, an infinite crash cost, turns every
+  cost of its log-scaled history into -inf or NaN in SMAC 2.4).
 """
 
 from __future__ import annotations
@@ -76,7 +80,9 @@ class SMAC3(OptunaTPE):
         from smac.runhistory.enumerations import StatusType
 
         if value is None:
-            self._study.tell(info, TrialValue(cost=float("inf"), status=StatusType.CRASHED), save=False)
+            losses = [o.loss for o in self.observations if o.loss is not None]
+            worst = max(losses) if losses else 0.0
+            self._study.tell(info, TrialValue(cost=worst, status=StatusType.CRASHED), save=False)
         else:
             self._study.tell(info, TrialValue(cost=float(value)), save=False)
 
@@ -90,13 +96,8 @@ class SMAC3(OptunaTPE):
         from smac.runhistory.dataclasses import TrialInfo
 
         values = {}
-        for name, v in config.items():
-            d = self._distributions.get(name)
-            if d is None:
-                continue
+        for name, d in self._distributions.items():  # an inactive parameter at its default: SMAC's space is flat
+            v = config.get(name, self.space[name].default)
             values[name] = str(d.choices.index(v)) if isinstance(d, CategoricalDistribution) else v
-        try:
-            info = TrialInfo(config=Configuration(self._space, values=values), seed=self.seed)
-        except Exception:  # noqa: BLE001 - ConfigSpace refuses a partial or off-grid point: SMAC does without it
-            return
+        info = TrialInfo(config=Configuration(self._space, values=values), seed=self.seed)
         self._report(info, value)

@@ -270,21 +270,21 @@ class SearchSpace:
         if k == len(self._bound):
             return 1
         p = self._bound[k]
-        index = self._position[p.name]
-        if not p.when.holds(partial):
-            return self._count_bound(k + 1, partial)
-        if p.name not in self._decides[k] and not self._rules_at.get(index):
+        rules = self._rules_at.get(self._position[p.name], ())
+        if not p.when.holds(partial):  # inactive: its rules are judged as _enumerate_bound judges them, without it
+            return 0 if any(rule.condition.holds(partial) for rule in rules) else self._count_bound(k + 1, partial)
+        if p.name not in self._decides[k] and not rules:
             return p.size * self._count_bound(k + 1, partial)
         total = 0
         for v in p.domain():
             partial[p.name] = v
-            if not any(rule.condition.holds(partial) for rule in self._rules_at.get(index, ())):
+            if not any(rule.condition.holds(partial) for rule in rules):
                 total += self._count_bound(k + 1, partial)
             partial.pop(p.name)
         return total
 
     def _enumerate_bound(self) -> Iterator[dict[str, Value]]:
-        index = {p.name: i for i, p in enumerate(self.parameters)}
+        index = self._position
 
         def walk(k: int, partial: dict[str, Value]) -> Iterator[dict[str, Value]]:
             if k == len(self._bound):

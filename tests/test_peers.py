@@ -99,11 +99,48 @@ def test_bottleneck_tables_share_the_smooth_tables_sample_and_flatten_it():
         tables.numeric_table(11, response="steep")
 
 
-def test_binary_tables_with_random_structure_keep_the_default_tables_unchanged():
+def test_the_default_tables_of_a_seed_are_those_measured_before_the_new_kinds_existed():
+    """The new kinds draw from streams of their own: a default table of a seed is the same table as before
+    (the digests of bench/synthetic_tables.py's output before --structure, --response and --noise existed)."""
+    import hashlib
+
     tables = module("synthetic_tables")
+
+    def digest(values) -> str:
+        return hashlib.sha256(np.round(values, 4).tobytes()).hexdigest()[:16]
+
+    assert digest(tables.table(1000)[1]) == "c96985b3365d7a0b"
+    assert digest(np.concatenate(tables.numeric_table(2000)[2])) == "e3ac7c40d4cdcea2"
     X, y = tables.table(1000)
-    X2, y2 = tables.table(1000, structure="pairs")
-    assert np.array_equal(y, y2)
     drawn = [tables.table(seed, structure="random")[1] for seed in (1000, 1001)]
     assert not np.allclose(drawn[0], y) and not np.allclose(drawn[0], drawn[1])
     assert len(X) == 4096 and all(np.isfinite(d).all() and d.min() > 0 for d in drawn)
+
+
+def test_smac_is_told_a_failure_at_a_finite_cost_and_sees_numbers_on_their_scale(sampled):
+    """A failed measurement costs SMAC the worst loss so far: its default (an infinite crash cost) makes every
+    cost of its log-scaled history -inf or NaN in SMAC 2.4, and its forest then learns nothing. Its own space
+    declares a many-valued knob as an Integer on a log scale where the values span two decades."""
+    pytest.importorskip("smac")
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench.smac_peer import SMAC3
+    finally:
+        sys.path.remove(str(ROOT))
+    from ConfigSpace import UniformIntegerHyperparameter
+    from storetune.runners import Status
+
+    runner = make_runner("dataset", {"dataset": [str(sampled)]})
+    means = runner.table.means(next(iter(runner.metrics())))
+    tuner = SMAC3(runner.space, seed=2, params={"n_trials": 30})
+    for i in range(30):
+        (config,) = tuner.ask(1)
+        tuner.tell(config, None if i % 7 == 3 else means[config], Status.FAILED if i % 7 == 3 else Status.SUCCEEDED)
+    costs = [v.cost for v in tuner._study.runhistory._data.values()]
+    assert len(costs) >= 30 and np.isfinite(costs).all()
+    assert max(costs) == max(means[o.config] for o in tuner.observations if o.loss is not None)
+    for p in runner.space.parameters:
+        hp = tuner._space[p.name]
+        if len(p.values) > 10:
+            spans = min(p.values) > 0 and max(p.values) / min(p.values) >= 100
+            assert isinstance(hp, UniformIntegerHyperparameter) and hp.log == spans

@@ -86,10 +86,25 @@ def test_storage_full_widens_storage_v2_in_place_and_keeps_its_rules():
 def test_a_space_counts_its_configurations_without_listing_them():
     """storage_full holds about 10^21 configurations: counted from its conditions, not listed; on spaces small
     enough to list, the count is the listing's length."""
+    from storetune.search_spaces.catalog import space_from_dict
+
     assert load_space("storage_full").cardinality() > 10**20  # listed, this would outlast the test's timeout
-    for name in ("storage_v1", "storage_v2"):
-        space = load_space(name)
+    values = {"kind": "categorical", "values": ["p", "q", "r"]}
+    small = [
+        # a rule filed under b, whose alternative without b holds where b is inactive
+        {"parameters": [{"name": "a", **values}, {"name": "b", **values, "when": {"a": "p"}}],
+         "forbidden": [{"when": [{"a": "q"}, {"b": "r"}], "reason": "x"}]},
+        # a later parameter's condition reads an earlier one: counted by walking it, not multiplying
+        {"parameters": [{"name": "a", **values}, {"name": "n", "kind": "integer", "low": 1, "high": 40},
+                        {"name": "b", **values, "when": {"n": {"max": 7}}},
+                        {"name": "c", "kind": "integer", "low": 1, "high": 9, "when": {"a": ["p", "r"]}}],
+         "forbidden": [{"when": {"a": "q", "b": "p"}, "reason": "x"}]},
+    ]
+    for i, definition in enumerate(small):
+        space = space_from_dict({"name": f"s{i}", **definition})
         assert space.cardinality() == sum(1 for _ in space.enumerate())
+    v1 = load_space("storage_v1")
+    assert v1.cardinality() == sum(1 for _ in v1.enumerate()) == 5004
 
 
 def test_an_extending_space_may_not_name_a_parameter_twice():
