@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import weakref
 from typing import Annotated, Any
 
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -57,12 +56,15 @@ class SMAC3(OptunaTPE):
                 self._space.add(Integer(name, (d.low, d.high), log=d.log))
             elif isinstance(d, FloatDistribution):
                 self._space.add(Float(name, (d.low, d.high), log=d.log))
-        self._output = tempfile.mkdtemp(prefix="storetune-smac-")  # SMAC writes its run history there: removed
-        weakref.finalize(self, shutil.rmtree, self._output, ignore_errors=True)  # with the peer, or at exit
+        self._output = tempfile.mkdtemp(prefix="storetune-smac-")  # SMAC writes its scenario there, once
         scenario = Scenario(self._space, deterministic=True, n_trials=self.params.n_trials, seed=self.seed,
                             output_directory=self._output)
-        return HyperparameterOptimizationFacade(scenario, lambda config, seed=0: 0.0, overwrite=True,
-                                                logging_level=40)
+        try:
+            return HyperparameterOptimizationFacade(scenario, lambda config, seed=0: 0.0, overwrite=True,
+                                                    logging_level=40)
+        finally:  # nothing writes there again (every tell is save=False): removed now, so that a benchmark's
+            # worker processes, which end without running finalizers, leave nothing in /tmp
+            shutil.rmtree(self._output, ignore_errors=True)
 
     def _propose(self) -> tuple[Any, dict[str, Any]]:
         info = self._study.ask()
