@@ -22,6 +22,18 @@ def module(name: str):
     return loaded
 
 
+def peer_class(name: str, cls: str):
+    """A peer from bench/, skipped where its library is not installed (the peers import bench.optuna_tpe)."""
+    pytest.importorskip("optuna")
+    if name == "smac_peer":
+        pytest.importorskip("smac")
+    sys.path.insert(0, str(ROOT))
+    try:
+        return getattr(importlib.import_module(f"bench.{name}"), cls)
+    finally:
+        sys.path.remove(str(ROOT))
+
+
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory) -> Path:
     """A small sampled table of many-valued numeric knobs, written as bench/synthetic_tables.py --numeric does."""
@@ -34,15 +46,8 @@ def sampled(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("peer", ["optuna_tpe:OptunaTPE", "smac_peer:SMAC3"])
 def test_a_peer_on_a_sampled_table_measures_only_listed_configurations_once_each(peer, sampled):
-    pytest.importorskip("optuna")
-    if peer.startswith("smac"):
-        pytest.importorskip("smac")
-    sys.path.insert(0, str(ROOT))  # the peers import bench.optuna_tpe
-    try:
-        name, cls = peer.split(":")
-        Peer = getattr(importlib.import_module(f"bench.{name}"), cls)
-    finally:
-        sys.path.remove(str(ROOT))
+    name, cls = peer.split(":")
+    Peer = peer_class(name, cls)
     runner = make_runner("dataset", {"dataset": [str(sampled)]})
     means = runner.table.means(next(iter(runner.metrics())))
     tuner = Peer(runner.space, seed=3, **({"params": {"n_trials": 40}} if cls == "SMAC3" else {}))
@@ -63,12 +68,7 @@ def test_a_peer_on_a_sampled_table_measures_only_listed_configurations_once_each
 def test_the_smac_peer_leaves_nothing_in_its_output_folder(sampled):
     """SMAC writes its scenario once, when it is built: the folder is gone at once and stays gone while it asks
     and is told (a benchmark's worker processes end without running finalizers)."""
-    pytest.importorskip("smac")
-    sys.path.insert(0, str(ROOT))
-    try:
-        from bench.smac_peer import SMAC3
-    finally:
-        sys.path.remove(str(ROOT))
+    SMAC3 = peer_class("smac_peer", "SMAC3")
     runner = make_runner("dataset", {"dataset": [str(sampled)]})
     tuner = SMAC3(runner.space, seed=1, params={"n_trials": 10})
     output = Path(tuner._output)
@@ -121,12 +121,7 @@ def test_smac_is_told_a_failure_at_a_finite_cost_and_sees_numbers_on_their_scale
     """A failed measurement costs SMAC the worst loss so far: its default (an infinite crash cost) makes every
     cost of its log-scaled history -inf or NaN in SMAC 2.4, and its forest then learns nothing. Its own space
     declares a many-valued knob as an Integer on a log scale where the values span two decades."""
-    pytest.importorskip("smac")
-    sys.path.insert(0, str(ROOT))
-    try:
-        from bench.smac_peer import SMAC3
-    finally:
-        sys.path.remove(str(ROOT))
+    SMAC3 = peer_class("smac_peer", "SMAC3")
     from ConfigSpace import UniformIntegerHyperparameter
     from storetune.runners import Status
 
