@@ -269,6 +269,14 @@ def test_the_comparison_tables_say_when_a_median_is_beyond_the_budget(sqlite_url
     half = {**data, "algorithms": {"random": {**data["algorithms"]["random"], "median_evals_to_near_optimal": 2.5,
                                               "censored": 3}}}
     assert re.findall(r"<td>([^<]*)</td>", comparison_tables(half))[1] == "at least 2.5"
+    from rich.console import Console
+
+    from storetune.api.cli.render import comparison_table
+
+    console = Console(record=True, width=200)  # the command line's table says the same ("41 (41-41)" before)
+    console.print(comparison_table(result))
+    row = next(line for line in console.export_text().splitlines() if line.lstrip("│ ").startswith("random"))
+    assert "│ more than 3 (>3 - >3) │" in row
     title = comparison_figures(data)["success"]["figure"]["layout"]["title"]["text"]
     assert "of the table's best mean" in title and "best found" not in title
     assert "<p id='live'></p>" in page(data, plotly_src="plotly.js", live="/comparisons/1/report.json")

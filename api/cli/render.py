@@ -9,6 +9,7 @@ from rich.table import Table
 
 from storetune.search_spaces import SearchSpace, format_config
 from storetune.tuner import CampaignSummary, best_trial
+from storetune.tuner.analysis.convergence import median_in_words
 from storetune.tuner.analysis.summary import pins
 from storetune.tuner.analysis.pareto import format_point
 from storetune.tuner.history.views import CampaignView, TrialView
@@ -127,7 +128,10 @@ def comparison_table(results: dict) -> Table:
     table.add_column("ask+tell ms, mean to near-optimal" if stopped else "ask+tell ms, mean", justify="right")
     random_curve = results["random_expected_success_at"]
     for label, a in results["algorithms"].items():
-        median = f"{a['median_evals_to_near_optimal']:g} ({a['evals_p25']:g}-{a['evals_p75']:g})"
+        # a seed that never got there counts as budget + 1, which is no count of evaluations: say "more than" it
+        quartiles = " - ".join(f"{q:g}" if q <= budget else f">{budget}" for q in (a["evals_p25"], a["evals_p75"]))
+        median = (f"{median_in_words(a['median_evals_to_near_optimal'], budget, a['censored'], results['seeds'])}"
+                  f" ({quartiles})")
         row = [escape(label), median, str(a["censored"]), *(f"{a['success_at'][k - 1]:.2f}" for k in marks)]
         best = a["best_mean_at_budget"]
         table.add_row(*row, "-" if best is None else f"{best:.6g}", f"{a['ask_tell_ms']:.2f}")

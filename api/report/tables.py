@@ -8,6 +8,7 @@ from typing import Any
 
 from storetune.search_spaces import format_config, format_value
 from storetune.search_spaces.table import holding
+from storetune.tuner.analysis.convergence import median_in_words
 from storetune.tuner.analysis.pareto import format_point
 
 
@@ -96,13 +97,8 @@ def comparison_tables(data: dict[str, Any]) -> str:
                    "<th>seeds that found none</th><th>success at budget</th><th>best mean at budget</th></tr>")
         for label, a in data["algorithms"].items():
             median, censored, seeds = a["median_evals_to_near_optimal"], a.get("censored") or 0, s.get("seeds")
-            # a seed that never got there counts as budget + 1: a median beyond the budget is "more than it", and
-            # with exactly half the seeds there it averages a find with that stand-in, so the true one is at least it
-            shown = fmt(median)
-            if median is not None and budget is not None and median > budget:
-                shown = f"more than {budget}"
-            elif median is not None and seeds and censored * 2 == seeds:
-                shown = f"at least {fmt(median)}"
+            shown = fmt(median) if median is None or budget is None else median_in_words(median, budget, censored,
+                                                                                            seeds or 0, fmt)
             out.append(f"<tr><td>{e(label)}</td><td>{shown}</td><td>{fmt(a.get('censored'))}</td>"
                        f"<td>{fmt(a['success_at_budget'])}</td><td>{fmt(a['best_mean_at_budget'])}</td></tr>")
         out.append("</table>")

@@ -7,7 +7,7 @@ or at most the best mean / ``within`` (minimising): the definition of the ATC'18
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +77,17 @@ def random_success_curve(size: int, targets: int, budget: int) -> list[float]:
     """Random search without replacement, exactly: 1 - P(no target among k draws), hypergeometric."""
     k = np.arange(1, budget + 1)
     return (1.0 - hypergeom.pmf(0, size, targets, k)).tolist()
+
+
+def median_in_words(median: float, budget: int, censored: int, seeds: int, fmt: Callable[[float], str] = "{:g}".format) -> str:
+    """A median of evaluations to near-optimal where a seed that never got there counts as budget + 1: beyond the
+    budget it is "more than" the budget; with exactly half the seeds there it averages a find with that stand-in,
+    so the true median is "at least" it."""
+    if median > budget:
+        return f"more than {budget}"
+    if seeds and censored * 2 == seeds:
+        return f"at least {fmt(median)}"
+    return fmt(median)
 
 
 @dataclass(frozen=True)
