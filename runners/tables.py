@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 from storetune.runners.base import Direction, Status, Workload, guess_direction
+from storetune.runners.table_checks import (  # noqa: F401 (DatasetError and TableWarning are this module's too)
+    DatasetError, TableWarning, check_cells, check_header, check_repeats, refuse_identifiers, show_cell, where_in_file)
 from storetune.runners.text import decode
 from storetune.search_spaces import Config, TableSpace, Value, infer_table_space, load_space
 
@@ -38,15 +40,6 @@ CONTEXT_COLUMNS = ("workload_id", "machine_id", "disk_type", "workload", "device
 # Codes of the ATC'18 files, spelled out (their README.txt).
 ATC18_LABELS = {"io_scheduler": {0: "cfq", 1: "deadline", 2: "noop"}}
 LONG_EXTRA = ("status", "reason")
-_NON_FINITE = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity")
-
-
-class DatasetError(ValueError):
-    """A table that cannot be read or sliced as asked; the message says which file and line."""
-
-
-class TableWarning(UserWarning):
-    """Something about a table that may be wrong but cannot be told from right (a cut last line)."""
 
 
 @dataclass(frozen=True)
@@ -170,10 +163,10 @@ def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | No
     starts = np.r_[0, np.cumsum(np.bincount(codes))[:-1]]
     distinct = frame.iloc[order[starts]][config_columns].to_dict("records")
     if fmt == "long" and manifest.get("space"):
-        where = [_where(frame, int(i)) for i in order[starts]]
+        where = [where_in_file(frame, int(i)) for i in order[starts]]
         space, to_config = _declared_space(manifest["space"], name, config_columns, distinct, where)
     else:
-        _refuse_identifiers(frame, config_columns, paths[0])
+        refuse_identifiers(frame, config_columns, paths[0])
         space, to_config = infer_table_space(name, config_columns, distinct)
         if not space.parameters:  # a campaign on it ran with an empty best configuration
             pinned_note = f" once {', '.join(f'{k}={v}' for k, v in pinned.items())} is pinned" if pinned else ""
@@ -194,22 +187,6 @@ def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | No
             reason = first.get("reason")
             outcomes[config] = (Status(first["status"]), None if pd.isna(reason) or reason == "" else str(reason))
     return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes, tuple(notes), drop)
-
-
-IDENTIFIER_MIN_ROWS = 20  # a smaller table may well measure each value of a knob once
-
-
-def _refuse_identifiers(frame: pd.DataFrame, config_columns: list[str], path: Path) -> None:
-    """A column of whole numbers that differ in every row is a row's id, not a knob: searched, it would be a
-    knob of as many levels as rows, each level one row. Said in one line, with the two ways out."""
-    if len(frame) < IDENTIFIER_MIN_ROWS:
-        return
-    for column in config_columns:
-        values = pd.to_numeric(frame[column], errors="coerce")
-        if values.notna().all() and (values == values.round()).all() and values.is_unique:
-            raise DatasetError(f"{path}: column {column!r} has a different whole number in each of its {len(frame):,} "
-                               f"rows: a row's id, not a knob; leave it out with `drop` {column}, "
-                               "or pin it with `context`")
 
 
 def _warn(notes: list[str], message: str) -> None:
@@ -334,14 +311,14 @@ def _read_rows(path: Path, notes: list[str]) -> tuple[list[str], list[list[str]]
     reader = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
     try:
         header = [c.strip() for c in next(reader)]
-        _check_header(path, header)
+        check_header(path, header)
         rows, lines = [], []
         for row in reader:
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # a blank line, or one of spaces
             if len(row) != len(header):
                 raise DatasetError(f"{path}: line {reader.line_num}: {len(row)} fields where the header has "
-                                   f"{len(header)}: {_show(','.join(row))}")
+                                   f"{len(header)}: {show_cell(','.join(row))}")
             rows.append([c.strip() for c in row])
             lines.append(reader.line_num)
     except csv.Error as e:
@@ -370,14 +347,6 @@ def has_header(path: Path) -> bool:
     except ValueError:
         return True
     return False
-
-
-def _check_header(path: Path, header: list[str]) -> None:
-    for i, name in enumerate(header):
-        if not name:
-            raise DatasetError(f"{path}: line 1: column {i + 1} has no name")
-        if name in header[:i]:
-            raise DatasetError(f"{path}: line 1: two columns are named {name!r}")
 
 
 def _split_columns(
@@ -424,10 +393,10 @@ def _split_columns(
     if not config_columns or not metrics:
         raise DatasetError(f"{paths[0]}: needs at least one configuration column and one metric column")
     # an empty cell is "a parameter that does not apply" only in a sweep's table, whose space says which
-    _check_cells(frame, config_columns, list(metrics), empty_options=fmt == "long" and bool(manifest.get("space")),
+    check_cells(frame, config_columns, list(metrics), empty_options=fmt == "long" and bool(manifest.get("space")),
                  empty_metrics=fmt == "long")
     if fmt == "long":
-        _check_repeats(frame, config_columns)
+        check_repeats(frame, config_columns)
     return frame, config_columns, metrics
 
 
@@ -435,73 +404,6 @@ def _direction(declared: Any) -> Direction | None:
     if isinstance(declared, dict):
         declared = declared.get("direction")
     return declared if declared in ("min", "max") else None
-
-
-def _check_cells(frame: pd.DataFrame, config_columns: list[str], metrics: list[str], empty_options: bool,
-                 empty_metrics: bool) -> None:
-    """Every cell where it belongs, numbers converted in place. A metric is a finite number (or, in
-    the long format, empty: not measured); an option or setup column holds finite numbers or text,
-    not both, and no empty cell unless ``empty_options``."""
-    for column in [*config_columns, *metrics]:
-        text = frame[column].astype(str)
-        numbers = pd.to_numeric(text, errors="coerce")
-        empty = (text == "").to_numpy()
-        finite = np.isfinite(numbers.to_numpy(dtype=float))
-        words = ~empty & numbers.isna().to_numpy() & ~text.str.lower().isin(_NON_FINITE).to_numpy()
-        bad = ~empty & ~finite & ~words  # nan, inf, -Infinity...
-        if bad.any():
-            _fail(frame, bad, column, "is {cell}, not a finite number")
-        if empty.any() and not (empty_metrics if column in metrics else empty_options):
-            _fail(frame, empty, column, "is empty")
-        if column in metrics:
-            if words.any():
-                _fail(frame, words, column, "is {cell}, not a number", what="metric")
-        elif words.any() and finite.any():  # one kind is a slip: name its first cell
-            minority = finite if finite.sum() < words.sum() else words
-            kind = "text" if minority is finite else "numbers"
-            _fail(frame, minority, column, f"is {{cell}}, but the column holds {kind}")
-        frame[column] = numbers if not words.any() else text.where(~empty, np.nan)
-    if "status" in frame:
-        known = {s.value for s in Status}
-        wrong = ~frame["status"].isin(known).to_numpy()
-        if wrong.any():
-            _fail(frame, wrong, "status", f"is {{cell}}, not one of {', '.join(sorted(known))}")
-
-
-def _check_repeats(frame: pd.DataFrame, config_columns: list[str]) -> None:
-    """A long table's ``repeat`` is a count from 0, and no configuration has the same repeat twice (a
-    file copied into the folder twice would otherwise double every configuration's repeats)."""
-    text = frame["repeat"].astype(str)
-    numbers = pd.to_numeric(text, errors="coerce")
-    wrong = ~(text.str.fullmatch(r"\d+")).to_numpy()
-    if wrong.any():
-        _fail(frame, wrong, "repeat", "is {cell}, not a count from 0")
-    frame["repeat"] = numbers
-    keys = frame[[*config_columns, "repeat"]].astype(str)
-    twice = keys.duplicated(keep=False).to_numpy()
-    if twice.any():
-        rows = np.flatnonzero(twice)
-        first = rows[0]
-        second = next(r for r in rows[1:] if keys.iloc[r].equals(keys.iloc[first]))
-        raise DatasetError(f"{_where(frame, int(second))}: the same configuration and repeat as "
-                           f"{_where(frame, int(first)).split(': ')[-1]}")
-
-
-def _fail(frame: pd.DataFrame, rows: np.ndarray, column: str, message: str, what: str = "column") -> None:
-    row = int(np.flatnonzero(rows)[0])
-    raise DatasetError(f"{_where(frame, row)}: {what} {column!r} {message.format(cell=_show(frame[column].iloc[row]))}")
-
-
-def _where(frame: pd.DataFrame, row: int) -> str:
-    """The file and line of the frame's ``row``-th row (by position)."""
-    paths, origin = frame.attrs["origin"].paths, frame.attrs["origin"].rows
-    file, line = origin[frame.index[row]]
-    return f"{paths[file]}: line {line}"
-
-
-def _show(cell: Any) -> str:
-    text = str(cell)
-    return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
 def _pin_context(
