@@ -12,6 +12,11 @@ from storetune.runners import Status, make_runner
 from storetune.tuner import make_tuner
 
 
+def write_rows(path, rows: list[str]):
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
 def test_bo_can_also_encode_small_ordinals_one_hot():
     """``bo:ordinal_onehot`` gives an ordinal of 3 to that many values one column per value beside its
     position (7z's Xval: six values, the last good one before a cliff); binary and longer ordinals keep their
@@ -145,3 +150,43 @@ def test_synthetic_tables_with_ordinals_of_either_shape(tmp_path):
         synthetic.table(7, options=2, ordinals=1, shape="steps")
     with pytest.raises(ValueError, match="levels 3 or more"):
         synthetic.table(7, options=2, ordinals=1, levels=2, shape="cliff")
+
+
+def test_bo_adds_the_one_hot_columns_only_where_the_results_ask_for_them(tmp_path):
+    """With ``ordinal_onehot_evidence`` 1, the columns join at a kernel refit once a Gaussian process over the wider
+    encoding beats the positions' log marginal likelihood by BIC's penalty. On 7z, whose Xval is 10% better at its
+    last value before a cliff, they join; on a table whose two 5-level ordinals act in order (a smooth trend plus
+    measurement noise), a length scale per value explains nothing the positions do not, and they never join, where
+    unasked (evidence 0) they would have joined at the 21st result."""
+    rng = np.random.default_rng(0)
+    rows = ["a,b,c,d,level,depth,Performance-"]
+    for bits in range(16):
+        for level in range(5):
+            for depth in range(5):
+                a, b, c, d = ((bits >> i) & 1 for i in range(4))
+                time = 10 + 4 * a - 3 * b + 2 * a * c + d + 0.6 * level + 0.3 * depth
+                rows.append(f"{a},{b},{c},{d},{level},{depth},{time * (1 + 0.05 * rng.standard_normal()):.4f}")
+    path = write_rows(tmp_path / "ordered.csv", rows)
+    cases = {str(shared("moot_configs/7z.csv")): (True, 40), str(path): (False, 60)}  # 7z's seed 2 joins at 30
+    for table, (joins, tells) in cases.items():
+        runner = make_runner("dataset", {"dataset": table})
+        space, means = runner.space, runner.table.means(runner.table.default_metric)
+        params = {"ordinal_onehot": 8, "ordinal_onehot_after": 20, "initial_points": 5, "ordinal_onehot_evidence": 1}
+        bo = make_tuner("bo", space, seed=2, direction="min", params=params)
+        for _ in range(tells):
+            config = bo.ask(1)[0]
+            bo.tell(config, means[config])
+        added = space.encoded_width(8) - space.encoded_width(0)
+        checks = [(n, gain, gain > 0.5 * added * np.log(n)) for n, gain in bo.onehot_gains]
+        assert checks and checks[0][0] > 20, table  # the first check is the first refit past the 20th result
+        assert (bo._onehot == 8) is joins and any(ok for *_, ok in checks) is joins, (table, checks)
+        if joins:  # checked no more once joined, and the model has a length scale per column from then on
+            assert checks[-1][2] and not any(ok for *_, ok in checks[:-1])
+            assert len(bo._optimizer.models[-1].kernel_.k1.k2.length_scale) == space.encoded_width(8)
+        else:
+            assert len(bo._optimizer.Xi[0]) == space.encoded_width(0)
+    unasked = make_tuner("bo", space, seed=0, direction="min", params={**params, "ordinal_onehot_evidence": 0})
+    for _ in range(21):
+        config = unasked.ask(1)[0]
+        unasked.tell(config, means[config])
+    assert unasked._onehot == 8 and not unasked.onehot_gains

@@ -88,6 +88,12 @@ class Params:
     # an easy search to the positions, whose few length scales the first measurements can fit, and give a
     # long one a length scale per value (bench/SEARCH.md, "One-hot ordinals after 20 evaluations")
     ordinal_onehot_after: Annotated[int, Field(ge=0)] = 0
+    # the one-hot columns join only where the data ask for them: at a kernel refit from ordinal_onehot_after on, a
+    # Gaussian process over the wider encoding must beat the positions' log marginal likelihood by this many times
+    # BIC's penalty, half the log of the observations per added length scale (0: they join unasked). It won where
+    # ordinals act in order or repeats are noisy and lost on cliffs (bench/SEARCH.md, "One-hot columns only where
+    # the results ask for them")
+    ordinal_onehot_evidence: Annotated[float, Field(ge=0)] = 0.0
 
 
 class BayesianOptimization(Tuner):
@@ -115,15 +121,14 @@ class BayesianOptimization(Tuner):
             self._unmeasured = np.ones(len(self._members), dtype=bool)
         self._neighbours: dict[Config, list[Config]] = {}
         self._stalled_asks = 0
+        self.onehot_gains: list[tuple[int, float]] = []  # (observations, nats) of each check for the one-hot columns
         self.revisit_after = self.params.revisit_after
         if self.revisit_after is None:  # chosen on 7z, checked on a synthetic table of 131,072 (bench/SEARCH.md)
             self.revisit_after = LARGE_SPACE_REVISIT_AFTER if space.finite and self._members is None else 0
 
     def _build(self, length_scale: np.ndarray) -> None:
         """A fresh skopt ``Optimizer`` over the current encoding's width, its kernel starting at ``length_scale``."""
-        self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
-            length_scale=length_scale, length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
-        ) + WhiteKernel(1e-2, (1e-6, 1e0))
+        self._kernel = self._fresh_kernel(length_scale)
         self._optimizer = Optimizer(
             [Real(0.0, 1.0) for _ in range(len(length_scale))],
             base_estimator=self._estimator(fit_hyperparameters=True),
@@ -132,6 +137,13 @@ class BayesianOptimization(Tuner):
             acq_optimizer_kwargs={"n_points": 1},  # skopt's own candidate search is replaced by ours
             random_state=self.seed,
         )
+
+    def _fresh_kernel(self, length_scale: np.ndarray) -> Any:
+        """The surrogate's kernel before any fit: an amplitude times Matern 5/2 with a length scale per column,
+        plus a noise term."""
+        return ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
+            length_scale=length_scale, length_scale_bounds=(self.params.min_length_scale, 1e2), nu=2.5
+        ) + WhiteKernel(1e-2, (1e-6, 1e0))
 
     def _widen(self) -> None:
         """Add the one-hot columns: the same observations, told again to a model over the wider encoding,
@@ -185,8 +197,9 @@ class BayesianOptimization(Tuner):
         else:
             y = self.warp(observation.loss)
         n = len(self._optimizer.yi) + 1
-        if self._onehot != self.params.ordinal_onehot and n > self.params.ordinal_onehot_after:
-            self._widen()
+        unasked = not self.params.ordinal_onehot_evidence or self.params.surrogate != "gp"
+        if self._onehot != self.params.ordinal_onehot and n > self.params.ordinal_onehot_after and unasked:
+            self._widen()  # and the kernel is refitted at once, over the wider encoding
         refit = n >= self.params.initial_points and n >= self._fitted_at * self.params.refit_growth
         if self.params.surrogate == "gp":
             self._optimizer.base_estimator_ = self._estimator(fit_hyperparameters=refit)
@@ -200,6 +213,31 @@ class BayesianOptimization(Tuner):
         if refit and self._optimizer.models and self.params.surrogate == "gp":
             self._kernel = self._optimizer.models[-1].kernel_
             self._fitted_at = n
+            if (self._onehot != self.params.ordinal_onehot and n > self.params.ordinal_onehot_after
+                    and not unasked and self._wider_is_supported()):
+                self._widen()
+
+    def _wider_is_supported(self) -> bool:
+        """Whether a Gaussian process over the encoding with the one-hot columns explains the results better
+        than the positions' just fitted, by more than ``ordinal_onehot_evidence`` times BIC's penalty."""
+        narrow = self._optimizer.models[-1]
+        width = self.space.encoded_width(self.params.ordinal_onehot)
+        added = width - self.space.encoded_width(0)
+        if added <= 0:
+            return True  # nothing to add: widening changes nothing
+        scales = np.ones(width)
+        old = np.atleast_1d(narrow.kernel_.k1.k2.length_scale)
+        scales[: len(old)] = old
+        wide = GaussianProcessRegressor(kernel=self._fresh_kernel(scales), normalize_y=True,
+                                        n_restarts_optimizer=self.params.restarts, random_state=self.seed)
+        X = self.space.encode_many(self._xi_configs, self.params.ordinal_onehot)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            wide.fit(X, np.asarray(self._optimizer.yi))
+        n = len(self._optimizer.yi)
+        gain = wide.log_marginal_likelihood_value_ - narrow.log_marginal_likelihood_value_
+        self.onehot_gains.append((n, float(gain)))
+        return gain > self.params.ordinal_onehot_evidence * 0.5 * added * np.log(n)
 
     def _retell(self, old: Observation, new: Observation) -> None:
         """A re-measured configuration's new mean replaces its target; the surrogate sees it at its next fit."""

@@ -58,6 +58,12 @@ class Params:
     # auto:bo_ordinal_onehot=8 then meant one-hot from the start: now auto:bo_ordinal_onehot_after=0
     bo_ordinal_onehot: Annotated[int, Field(ge=0)] = 8
     bo_ordinal_onehot_after: Annotated[int, Field(ge=0)] = 20
+    # BO's ordinal_onehot_evidence as a member: 1 lets the columns join only once a model with them explains the
+    # results better by BIC's penalty. Off (0): it won where ordinals act in order or repeats are noisy (SS-O,
+    # PostgreSQL, sampled numeric tables) and lost where one value past a cliff must be found before the data can
+    # show it (a cliff table, SS-J, the device tables' fileserver): bench/SEARCH.md, "One-hot columns only where
+    # the results ask for them"
+    bo_ordinal_onehot_evidence: Annotated[float, Field(ge=0)] = 0.0
     # GA's model immigrants as a member: none, BO is the portfolio's model (bench/SEARCH.md, "GA's trap")
     ga_model_immigrants: Annotated[int, Field(ge=0)] = 0
 
@@ -90,7 +96,8 @@ class Portfolio(Tuner):
         # BO's own random start would follow the shared one: it is the shared one (BO models from then on)
         bo = {"acq": self.params.bo_acq, "initial_points": self.params.initial_points,
               "ordinal_onehot": self.params.bo_ordinal_onehot,
-              "ordinal_onehot_after": self.params.bo_ordinal_onehot_after}
+              "ordinal_onehot_after": self.params.bo_ordinal_onehot_after,
+              "ordinal_onehot_evidence": self.params.bo_ordinal_onehot_evidence}
         own = {"bo": bo, "ga": {"model_immigrants": self.params.ga_model_immigrants}}
         self.members: list[Tuner] = [
             make_tuner(name, space, seed=self.seed * 1_000 + i, direction="min", params=own.get(name))
