@@ -185,8 +185,12 @@ def test_bo_adds_the_one_hot_columns_only_where_the_results_ask_for_them(tmp_pat
             assert len(bo._optimizer.models[-1].kernel_.k1.k2.length_scale) == space.encoded_width(8)
         else:
             assert len(bo._optimizer.Xi[0]) == space.encoded_width(0)
-    unasked = make_tuner("bo", space, seed=0, direction="min", params={**params, "ordinal_onehot_evidence": 0})
-    for _ in range(21):
-        config = unasked.ask(1)[0]
-        unasked.tell(config, means[config])
-    assert unasked._onehot == 8 and not unasked.onehot_gains
+    ordered = make_runner("dataset", {"dataset": str(path)})  # the same table, unasked: its columns join at the 21st
+    space, means = ordered.space, ordered.table.means(ordered.table.default_metric)
+    unasked = make_tuner("bo", space, seed=2, direction="min", params={**params, "ordinal_onehot_evidence": 0})
+    for n in (20, 21):
+        while len(unasked._optimizer.yi) < n:
+            config = unasked.ask(1)[0]
+            unasked.tell(config, means[config])
+        assert len(unasked._optimizer.Xi[0]) == space.encoded_width(8 if n > 20 else 0)
+    assert space.encoded_width(8) == space.encoded_width(0) + 10

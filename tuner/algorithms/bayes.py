@@ -90,7 +90,8 @@ class Params:
     ordinal_onehot_after: Annotated[int, Field(ge=0)] = 0
     # the one-hot columns join only where the data ask for them: at a kernel refit from ordinal_onehot_after on, a
     # Gaussian process over the wider encoding must beat the positions' log marginal likelihood by this many times
-    # BIC's penalty, half the log of the observations per added length scale (0: they join unasked). It won where
+    # BIC's penalty, half the log of the observations per added length scale (0, or a tree surrogate, which has no
+    # likelihood: they join unasked). It won where
     # ordinals act in order or repeats are noisy and lost on cliffs (bench/SEARCH.md, "One-hot columns only where
     # the results ask for them")
     ordinal_onehot_evidence: Annotated[float, Field(ge=0)] = 0.0

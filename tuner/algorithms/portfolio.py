@@ -60,9 +60,9 @@ class Params:
     bo_ordinal_onehot_after: Annotated[int, Field(ge=0)] = 20
     # BO's ordinal_onehot_evidence as a member: 1 lets the columns join only once a model with them explains the
     # results better by BIC's penalty. Off (0): it won where ordinals act in order or repeats are noisy (SS-O,
-    # PostgreSQL, sampled numeric tables) and lost where one value past a cliff must be found before the data can
-    # show it (a cliff table, SS-J, the device tables' fileserver): bench/SEARCH.md, "One-hot columns only where
-    # the results ask for them"
+    # PostgreSQL, sampled numeric tables with short ordinals) and lost where one value past a cliff must be found
+    # before the data can show it (a cliff table, SS-J) and on three of the four device tables: bench/SEARCH.md,
+    # "One-hot columns only where the results ask for them"
     bo_ordinal_onehot_evidence: Annotated[float, Field(ge=0)] = 0.0
     # GA's model immigrants as a member: none, BO is the portfolio's model (bench/SEARCH.md, "GA's trap")
     ga_model_immigrants: Annotated[int, Field(ge=0)] = 0
