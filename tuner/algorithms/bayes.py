@@ -229,8 +229,7 @@ class BayesianOptimization(Tuner):
         scales = np.ones(width)
         old = np.atleast_1d(narrow.kernel_.k1.k2.length_scale)
         scales[: len(old)] = old
-        wide = GaussianProcessRegressor(kernel=self._fresh_kernel(scales), normalize_y=True,
-                                        n_restarts_optimizer=self.params.restarts, random_state=self.seed)
+        wide = self._estimator(fit_hyperparameters=True).set_params(kernel=self._fresh_kernel(scales))
         X = self.space.encode_many(self._xi_configs, self.params.ordinal_onehot)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)

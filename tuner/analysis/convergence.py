@@ -79,7 +79,8 @@ def random_success_curve(size: int, targets: int, budget: int) -> list[float]:
     return (1.0 - hypergeom.pmf(0, size, targets, k)).tolist()
 
 
-def median_in_words(median: float, budget: int, censored: int, seeds: int, fmt: Callable[[float], str] = "{:g}".format) -> str:
+def median_in_words(median: float, budget: int, censored: int, seeds: int,
+                    fmt: Callable[[float], str] = "{:g}".format) -> str:
     """A median of evaluations to near-optimal where a seed that never got there counts as budget + 1: beyond the
     budget it is "more than" the budget; with exactly half the seeds there it averages a find with that stand-in,
     so the true median is "at least" it."""
