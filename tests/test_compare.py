@@ -282,3 +282,35 @@ def test_the_comparison_tables_say_when_a_median_is_beyond_the_budget(sqlite_url
     assert "<p id='live'></p>" in page(data, plotly_src="plotly.js", live="/comparisons/1/report.json")
     assert "live: refreshes while the comparison runs" in page({**data, "state": "running"}, plotly_src="plotly.js",
                                                                 live="/comparisons/1/report.json")
+
+
+def test_a_judge_table_decides_near_optimal_while_the_searches_see_the_noisy_repeats(sqlite_url, bowl, tmp_path):
+    """On a noisy sample the table's best mean can be a lucky single repeat: a judge of the same configurations
+    (re-measured, or a generated table's truth) decides near-optimality, and a comparison records and reloads it.
+    A judge that does not hold the table's configurations is refused before anything is written."""
+    rows = bowl.read_text().splitlines()
+    lucky = "0,0,x,0.5"  # measured once, far from the bowl's true best (5,2,x): 1
+    noisy = tmp_path / "noisy.csv"
+    noisy.write_text("\n".join([r for r in rows if not r.startswith("0,0,x,")] + [lucky]) + "\n")
+    history = History(sqlite_url)
+    plain = Comparison.create(history, spec(noisy, "random", seeds=4, budget=20))
+    assert [dict(c) for c in plain.targets] == [{"a": 0, "b": 0, "c": "x"}]
+    judged = Comparison.create(history, spec(noisy, "random", seeds=4, budget=20, judge=(str(bowl),)))
+    assert [dict(c) for c in judged.targets] == [{"a": 5, "b": 2, "c": "x"}]
+    results = judged.run(LocalExecutor())
+    assert results["judge"] == [str(bowl)] and results["near_optimal"] == 1
+    from storetune.api.report.page import comparison_tables
+    from storetune.tuner.analysis.report import comparison_data
+
+    assert f"judged on the means of {bowl}" in comparison_tables(comparison_data(history, judged.id))
+    reloaded = Comparison.load(history, judged.id)
+    assert reloaded.spec.judge == (str(bowl),) and reloaded.targets == judged.targets
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join(rows[:-1]) + "\n")
+    before = len(history.comparisons())
+    with pytest.raises(ValueError, match="must hold the table's configurations: it lacks 1 and adds 0"):
+        Comparison.create(history, spec(noisy, "random", seeds=4, budget=20, judge=(str(short),)))
+    assert len(history.comparisons()) == before
+    proc = run_cli("compare", "--dataset", str(noisy), "--judge", str(bowl), "--algorithms", "random",
+                   "--seeds", "2", "--budget", "5", db=sqlite_url, check=True)
+    assert f"within 0.99 of the best mean of {bowl}" in " ".join(proc.stdout.split())

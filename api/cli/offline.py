@@ -35,6 +35,9 @@ def compare(
         "--stop-at-near-optimal", help="Stop each seed at its first near-optimal configuration: evaluations to "
         "near-optimal and success rates stay exact and cost far less; what needs the whole budget (best mean "
         "at budget, instantaneous and best-so-far curves, GA diversity) is left out.")] = False,
+    judge: Annotated[list[Path], typer.Option(
+        help="Judge near-optimality on another table of the same configurations: re-measured with more repeats, or "
+             "a generated table's noiseless truth. The searches still see --dataset's repeats.")] = [],  # noqa: B006
     workers: Annotated[int, typer.Option(help="Seeds run at once, in worker processes or Ray tasks (default: one "
                                               "per core, or the Ray cluster's CPUs).")] = 0,
     executor_kind: ExecutorOpt = None,
@@ -52,6 +55,7 @@ def compare(
         variants=tuple(Variant.parse_list(algorithms)),
         seeds=seeds, budget=budget, within=within, repeats=repeats, metric=metric,
         direction=direction, first_seed=first_seed, stop_at_near_optimal=stop_at_near_optimal,
+        judge=tuple(str(p) for p in judge) or None,
     )
     prepared = Comparison.prepare(spec)  # a missing or malformed table is refused before the history is opened
     executor = executor_for(executor_kind, workers or None, max_retries)

@@ -112,7 +112,9 @@ def comparison_table(results: dict) -> Table:
     marks = [k for k in (50, 100, 200) if k < budget] + [budget]
     title = (
         f"comparison {results['comparison']} on {results['dataset']}: {results['seeds']} seeds x {budget} evaluations; "
-        f"near-optimal = within {results['within']:g} of the best, {results['near_optimal']} of "
+        f"near-optimal = within {results['within']:g} of the best"
+        + (f" mean of {', '.join(results['judge'])}" if results.get("judge") else "")
+        + f", {results['near_optimal']} of "
         f"{results['configurations']} configurations ({100 * results['near_optimal_share']:.2f}%)"
         + ("; each seed stopped at its first near-optimal configuration" if results.get("stop_at_near_optimal")
            else "")

@@ -89,6 +89,9 @@ def comparison_tables(data: dict[str, Any]) -> str:
         out.append("<p>Each seed stopped at its first near-optimal configuration: evaluations to near-optimal and "
                    "success rates are exact; the best-so-far and instantaneous curves, and the best mean at budget, "
                    "need every budget spent and are not drawn.</p>")
+    if s.get("judge"):
+        out.append(f"<p>Near-optimal is judged on the means of {e(', '.join(s['judge']))}, while the searches drew "
+                   "the table's own repeats.</p>")
     if data["empty"]:
         out.append(f'<p class="empty">This report is empty: {e(data["empty"])}.</p>')
     if data["algorithms"]:

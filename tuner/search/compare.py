@@ -87,6 +87,28 @@ class CompareSpec:
     # success curve stay exact (a later evaluation cannot change the first hit), the figures that need
     # the whole budget (best mean at budget, instantaneous values, ask+tell at the budget's end) are None
     stop_at_near_optimal: bool = False
+    # another table of the same configurations whose means judge near-optimality and the quality figures, while
+    # the searches see the table's repeats: a generated table's noiseless truth (bench/synthetic_tables.py), where
+    # noisy repeats make the table's own best means lucky draws rather than the best configurations
+    judge: tuple[str, ...] | None = None
+
+
+def judged_means(spec: CompareSpec, runner: Runner, objective: Objective) -> dict[Config, float]:
+    """Each configuration's mean that near-optimality is judged on: the table's, or its judge's."""
+    means = runner.table.means(objective.metric)
+    if not spec.judge:
+        return means
+    judge = make_runner("dataset", {"dataset": list(spec.judge)}).table
+    if objective.metric not in judge.metrics:
+        raise InvalidSpec("judge", f"the judge {judge.name} has no column {objective.metric!r}; it has "
+                          f"{', '.join(judge.metrics)}")
+    truth = judge.means(objective.metric)
+    missing, extra = set(means) - set(truth), set(truth) - set(means)
+    if missing or extra:
+        example = next(iter(missing or extra))
+        raise InvalidSpec("judge", f"the judge {judge.name} must hold the table's configurations: it lacks {len(missing)} "
+                          f"and adds {len(extra)}, e.g. {dict(example)}")
+    return truth
 
 
 @dataclass(frozen=True)
@@ -139,7 +161,7 @@ class Comparison:
                  origin: str = "cli"):
         self.history, self.spec, self.id, self.origin = history, spec, comparison_id, origin
         self.runner, self.objective = runner, objective
-        self.means = runner.table.means(objective.metric)
+        self.means = judged_means(spec, runner, objective)
         self.targets = near_optimal(self.means, objective.direction, spec.within)
 
     @classmethod
@@ -164,6 +186,7 @@ class Comparison:
         for v in spec.variants:  # unknown algorithms and hyperparameters fail here, before any write
             checked("algorithms", lambda v=v: make_tuner(v.algorithm, runner.space, seed=0,
                                                          direction=objective.direction, params=dict(v.params)))
+        judged_means(spec, runner, objective)  # a judge that does not hold the table's configurations fails here
         return runner, objective
 
     @classmethod
@@ -177,7 +200,7 @@ class Comparison:
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
             "variant_params": [[v.algorithm, [list(p) for p in v.params]] for v in spec.variants],
             "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
-            "stop_at_near_optimal": spec.stop_at_near_optimal,
+            "stop_at_near_optimal": spec.stop_at_near_optimal, "judge": list(spec.judge) if spec.judge else None,
         }
         record = history.create_comparison(workload_name=runner.workload.name, runner_settings=runner.settings(),
                                            settings=settings, origin=origin, state=state)
@@ -195,6 +218,7 @@ class Comparison:
             repeats=settings["repeats"], metric=settings["objective"]["metric"],
             direction=settings["objective"]["direction"], first_seed=settings["first_seed"],
             stop_at_near_optimal=settings.get("stop_at_near_optimal", False),  # not recorded before it existed
+            judge=tuple(settings["judge"]) if settings.get("judge") else None,
         )
         runner, objective = cls.prepare(spec)
         return cls(history, spec, comparison_id, runner, objective, record.origin)
@@ -279,6 +303,7 @@ class Comparison:
             "within": self.spec.within,
             "configurations": size,
             "stop_at_near_optimal": self.spec.stop_at_near_optimal,
+            "judge": list(self.spec.judge) if self.spec.judge else None,
             "near_optimal": len(self.targets),
             "near_optimal_share": len(self.targets) / size,
             # random draws from every configuration, also those the table records as failures
