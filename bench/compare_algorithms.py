@@ -15,7 +15,10 @@ bootstrap 95% interval over the seeds; where a median is censored (most seeds ne
 ratio of success rates at the budget (the peer's / ours), so that below 1 always means "ours needs fewer
 evaluations". At the end, the geometric mean of the ratios across tables, and the wall time of our
 five algorithms on BDBC (target: 10 minutes for 100 seeds x 200 evaluations).
-A table smaller than --budget is compared with the whole table as the budget.
+A table smaller than --budget is compared with the whole table as the budget. With --truth, a generated table
+with its noiseless truth beside it (bench/synthetic_tables.py --numeric) is judged on that truth: the
+threshold, the near-optimal set and random search's exact curve come from it, while every search sees the
+table's noisy repeats.
 With --stop-at-near-optimal each seed stops at its first near-optimal configuration: every evaluation
 count, success rate and ratio is the same (a later evaluation cannot change the first hit), at a
 fraction of the cost; the wall times and the ask+tell figures then describe the shortened runs.
@@ -37,7 +40,7 @@ sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import be
 
 from bench.figures import COLOURS, Conditions, grid, legend, save  # noqa: E402
 from storetune.runners import make_runner  # noqa: E402
-from storetune.tuner.search.compare import Comparison, CompareSpec, Variant  # noqa: E402
+from storetune.tuner.search.compare import Comparison, CompareSpec, Variant, judged_means  # noqa: E402
 from storetune.tuner.analysis.convergence import near_optimal, within_for_share  # noqa: E402
 from storetune.tuner.execution.local import ProcessExecutor  # noqa: E402
 from storetune.tuner.history.store import History  # noqa: E402
@@ -113,9 +116,12 @@ def paired_ratio(ours: np.ndarray, peer: np.ndarray, budget: int, rng: np.random
 
 def run(history: History, settings: dict, variants: str, args: argparse.Namespace, budget: int,
         within: float) -> tuple[dict, float]:
+    settings = dict(settings)
+    judge = settings.pop("judge", None)
     spec = CompareSpec(runner_settings=settings, variants=tuple(Variant.parse_list(variants)),
                        seeds=args.seeds, budget=budget, within=within, metric=settings.get("metric"),
-                       first_seed=args.first_seed, stop_at_near_optimal=args.stop_at_near_optimal)
+                       first_seed=args.first_seed, stop_at_near_optimal=args.stop_at_near_optimal,
+                       judge=tuple(judge) if judge else None)
     comparison = Comparison.create(history, spec)
     started = time.perf_counter()
     results = comparison.run(ProcessExecutor(args.workers))
@@ -132,15 +138,21 @@ def run_peer(history: History, settings: dict, name: str, args: argparse.Namespa
 
 
 def threshold(settings: dict) -> tuple[float, int, int]:
-    """The table's near-optimal threshold (0.1% to 1% of it near-optimal), the count and the size."""
+    """The table's near-optimal threshold (0.1% to 1% of it near-optimal), the count and the size; on its judge's
+    means where it has one (``--truth``)."""
+    settings = dict(settings)
+    judge = settings.pop("judge", None)
     runner = make_runner("dataset", settings)
     objective = Objective.resolve(runner.metrics(), settings.get("metric"), None)
-    means = runner.table.means(objective.metric)
+    spec = CompareSpec(runner_settings=settings, variants=(), judge=tuple(judge) if judge else None)
+    means = judged_means(spec, runner, objective)
     within = within_for_share(means, objective.direction)
     return within, len(near_optimal(means, objective.direction, within)), runner.space.cardinality()
 
 
-def chosen_tables(spec: str) -> dict[str, tuple[dict, str]]:
+def chosen_tables(spec: str, truth: bool = False) -> dict[str, tuple[dict, str]]:
+    """The tables named; with ``truth``, a generated table with a noiseless truth beside it (truth/NAME, written
+    by bench/synthetic_tables.py --numeric) is judged on it."""
     chosen: dict[str, tuple[dict, str]] = {}
     for name in filter(None, spec.split(",")):
         if name == "own":
@@ -151,7 +163,11 @@ def chosen_tables(spec: str) -> dict[str, tuple[dict, str]]:
             chosen[name] = DATASETS[name]
         elif Path(name).exists():  # a table of your own, or a folder of them (bench/synthetic_tables.py)
             paths = sorted(Path(name).glob("*.csv")) if Path(name).is_dir() else [Path(name)]
-            chosen.update({p.stem: ({"dataset": [str(p)]}, p.stem) for p in paths})
+            for p in paths:
+                judge = p.parent / "truth" / p.name
+                judged = truth and judge.exists()
+                chosen[p.stem] = ({"dataset": [str(p)], **({"judge": [str(judge)]} if judged else {})},
+                                  p.stem + (", judged on its noiseless truth" if judged else ""))
         else:
             sys.exit(f"unknown table {name!r}; known: {', '.join(DATASETS)}, own, own-all, or a CSV or folder")
     return chosen
@@ -175,6 +191,9 @@ def main() -> None:
                         help="draw each table's success curves (ours, the peers, random search's exact curve) to this SVG")
     parser.add_argument("--from", dest="saved", type=Path, metavar="JSON",
                         help="print and draw a saved run's compare_algorithms.json again, measuring nothing")
+    parser.add_argument("--truth", action="store_true",
+                        help="judge a generated table on its noiseless truth where one is beside it (truth/NAME): the "
+                             "searches see its noisy repeats, near-optimal is what the generator made good")
     parser.add_argument("--stop-at-near-optimal", action="store_true",
                         help="stop each seed at its first near-optimal configuration: the same evaluation counts "
                              "and ratios, in a fraction of the time; no ask+tell figure at the budget")
@@ -198,7 +217,7 @@ def main() -> None:
     if args.default not in ours_labels:
         sys.exit(f"--default {args.default} is not among --algorithms {args.algorithms}")
     report = {}
-    for key, (settings, title) in chosen_tables(args.datasets).items():
+    for key, (settings, title) in chosen_tables(args.datasets, args.truth).items():
         within, near, size = threshold(settings)
         budget = min(args.budget, size)  # a small table: the budget is the whole table
         marks = [k for k in (50, 100, 200) if k < budget] + [budget]

@@ -34,6 +34,12 @@ measured 1 to 10 times (one row per run).
 that the response is flat along most moves; ``--noise X`` gives every configuration, fast or slow, a CV of
 2% + X x U(0, 1), the regime where a lucky repeat passes for a better configuration.
 
+Beside each numeric table, ``truth/NAME`` holds every configuration's noiseless objective, one row each, and
+the generator prints where the benchmark's near-optimal set (its best means) sits in that truth. With
+``--noise 0.3`` the best means are mostly lucky repeats of middling configurations (numeric-2113's bottleneck
+table: noiseless ranks 289 to 687 of 3,630); ``bench/compare_algorithms.py --truth`` judges success on the
+truth instead, while the searches still see the repeats.
+
     .venv/bin/python bench/synthetic_tables.py --out results/binary --tables 20 --structure random --first-seed 3000
 
 ``--structure random`` draws a 12-binary table's interactions too: 0 to 8 terms among 2 or 3 options each
@@ -87,7 +93,8 @@ def table(seed: int, options: int = 12, interactions: int = 3, scale: float = 0.
 
 
 def numeric_table(seed: int, knobs: int | None = None, rows: int | None = None,
-                  response: str = "smooth", noise: float | None = None) -> tuple[list[dict], np.ndarray, np.ndarray]:
+                  response: str = "smooth", noise: float | None = None
+                  ) -> tuple[list[dict], np.ndarray, list[np.ndarray], np.ndarray]:
     """A sampled table of many-valued numeric knobs, as a measured server's table is: ``knobs`` (6 to 12) integer
     or real knobs of 5 to 5,000 levels (buffer sizes and counts on a log grid, ratios and intervals on a linear
     one); a smooth response on each knob's own scale with a few interactions and a cliff or two; noise that grows
@@ -97,7 +104,8 @@ def numeric_table(seed: int, knobs: int | None = None, rows: int | None = None,
     resources, each loaded by its own knobs (a soft maximum of their sums), so a knob matters only while its
     resource is the bottleneck and the response is flat along most moves; its noise scale is drawn (3% to 15%).
     ``noise`` makes the noise as large for the fastest configurations as for the slowest: each configuration's
-    CV is 2% + ``noise`` x U(0, 1), the regime where a lucky repeat passes for a better configuration."""
+    CV is 2% + ``noise`` x U(0, 1), the regime where a lucky repeat passes for a better configuration. Last, the
+    truth the repeats were drawn around: each configuration's noiseless objective."""
     rng = np.random.default_rng([seed, 2])
     noise_scale = noise
     k = int(knobs or rng.integers(6, 13))
@@ -162,7 +170,24 @@ def numeric_table(seed: int, knobs: int | None = None, rows: int | None = None,
     repeats = rng.integers(1, 11, size=len(mean))
     values = np.column_stack([specs[i]["values"][picks[:, i]] for i in range(k)])
     runs = [mean[r] * np.exp(rng.normal(0.0, cv[r], size=repeats[r])) for r in range(len(mean))]
-    return specs, values, runs
+    return specs, values, runs, mean
+
+
+def true_ranks(path: Path, truth: np.ndarray) -> tuple[float, list[int]]:
+    """The near-optimal threshold ``bench/compare_algorithms.py`` sets on the written table, and the rank in the
+    noiseless truth (0: the best) of each configuration its means put within it, best mean first: where the
+    repeats' noise is larger than the spread among the best, the set is lucky repeats, not good configurations."""
+    from storetune.runners import make_runner
+    from storetune.tuner.analysis.convergence import near_optimal, within_for_share
+
+    runner = make_runner("dataset", {"dataset": [str(path)]})
+    means = runner.table.means("Performance")
+    within = within_for_share(means, "min")
+    chosen = near_optimal(means, "min", within)
+    order = {c: i for i, c in enumerate(means)}  # the table's configurations, in the order they were written
+    rank = np.empty(len(truth), int)
+    rank[np.argsort(truth, kind="stable")] = np.arange(len(truth))
+    return within, [int(rank[order[c]]) for c in sorted(chosen, key=means.__getitem__)]
 
 
 def write_numeric(path: Path, specs: list[dict], values: np.ndarray, runs: list[np.ndarray]) -> None:
@@ -222,16 +247,22 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.numeric:
         for seed in range(args.first_seed, args.first_seed + args.tables):
-            specs, values, runs = numeric_table(seed, response=args.response, noise=args.noise)
+            specs, values, runs, truth = numeric_table(seed, response=args.response, noise=args.noise)
             tag = ("" if args.response == "smooth" else f"-{args.response}") + ("" if args.noise is None else f"-noise{args.noise:g}")
             path = args.out / f"numeric-{seed}{tag}.csv"
             write_numeric(path, specs, values, runs)
+            # the noiseless objective of each configuration, one row each, for compare_algorithms.py --truth
+            (args.out / "truth").mkdir(exist_ok=True)
+            write_numeric(args.out / "truth" / path.name, specs, values, [np.array([m]) for m in truth])
             means = np.array([r.mean() for r in runs])
             near = int(np.sum(means <= means.min() / 0.9))
             grid = int(np.prod([len(s["values"]) for s in specs], dtype=float))
             print(f"{path}: {len(specs)} knobs of {', '.join(str(len(s['values'])) for s in specs)} levels, "
                   f"{len(runs)} configurations of {grid:.3g} ({sum(map(len, runs))} runs), {near} within 10% of "
                   f"the best, spread {means.max() / means.min():.1f}x")
+            within, ranks = true_ranks(path, truth)
+            print(f"  near-optimal in the benchmark (within {within:g} of the best mean): noiseless ranks "
+                  f"{', '.join(map(str, ranks))} of {len(truth)}")
         return
     if args.sample:
         sample(args.sample, args.out, args.first_seed)
