@@ -260,6 +260,11 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         assert stopping.status_code == 201 and stopping.json()["settings"]["stop_at_near_optimal"] is True
         stopped = wait_for(client, f"/comparisons/{stopping.json()['id']}", ("finished",))
         assert stopped["results"]["stop_at_near_optimal"] is True
+        judged = client.post("/comparisons", json={"dataset": str(bdbc), "judge": [str(bdbc)], "algorithms": ["random"],
+                                                   "seeds": 1, "budget": 5})  # a table judged on itself
+        assert judged.status_code == 201 and judged.json()["settings"]["judge"] == [str(bdbc.resolve())], judged.text
+        outside = client.post("/comparisons", json={"dataset": str(bdbc), "judge": ["/etc/passwd"], "seeds": 1})
+        assert outside.status_code == 403 and outside.json()["detail"][0]["loc"] == ["body", "judge", 0], outside.text
         random = stopped["results"]["algorithms"]["random"]
         assert random["instant_mean"] is None and max(random["evals_to_near_optimal"]) < 20
         from storetune.tuner import History

@@ -218,6 +218,9 @@ class ComparisonCreate(BaseModel):
         "Stop each seed at its first near-optimal configuration: evaluations to near-optimal and success rates "
         "stay exact, and a seed costs only what it needed; what needs every budget spent is left out: the best "
         "mean at budget, the instantaneous curve and ask+tell at the budget are null, GA diversity is absent."))
+    judge: list[str] = Field(default_factory=list, description=(
+        "Another table of the same configurations (paths, as `dataset`) whose means decide near-optimality: "
+        "re-measured with more repeats, or a generated table's truth; the searches still draw `dataset`'s repeats."))
 
 
 class ComparisonPublic(BaseModel):

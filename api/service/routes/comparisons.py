@@ -11,7 +11,7 @@ from storetune.api.service.deps import Auth, ComparisonId, PagingDep, ServiceDep
 from storetune.api.service.schemas import ComparisonCreate, ComparisonPublic, Page, VariantCreate
 from storetune.api.service.routes.campaigns import executor_kind
 from storetune.api.fields import json_terms
-from storetune.api.service.policy import Refused, apply_policy
+from storetune.api.service.policy import Refused, allowed_path, apply_policy
 from storetune.tuner.algorithms.base import HyperparameterError
 from storetune.tuner.search.campaign import InvalidSpec
 from storetune.tuner.history.views import ComparisonView
@@ -66,7 +66,9 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
         raise Refused(("body", "algorithms"), str(e)) from None
     spec = CompareSpec(runner_settings=values, variants=variants, seeds=body.seeds, budget=body.budget,
                        within=body.within, repeats=body.repeats, metric=body.metric, direction=body.direction,
-                       first_seed=body.first_seed, stop_at_near_optimal=body.stop_at_near_optimal)
+                       first_seed=body.first_seed, stop_at_near_optimal=body.stop_at_near_optimal,
+                       judge=tuple(allowed_path(svc.settings, p, ("body", "judge", i))
+                                   for i, p in enumerate(body.judge)) or None)
     executor = executor_kind(svc, body.executor)
     try:
         comparison = Comparison.create(svc.history, spec, origin="api", state="queued", executor_kind=executor)
