@@ -311,6 +311,15 @@ def test_a_judge_table_decides_near_optimal_while_the_searches_see_the_noisy_rep
     with pytest.raises(ValueError, match="must hold the table's configurations: it lacks 1 and adds 0"):
         Comparison.create(history, spec(noisy, "random", seeds=4, budget=20, judge=(str(short),)))
     assert len(history.comparisons()) == before
+    # a table of two workloads, pinned to one: its judge is pinned and read the same way
+    both, judge_both = tmp_path / "both.csv", tmp_path / "judge-both.csv"
+    for path, source in ((both, noisy), (judge_both, bowl)):
+        lines = source.read_text().splitlines()
+        path.write_text("\n".join(["w," + lines[0]] + [f"{w},{r}" for w in (1, 2) for r in lines[1:]]) + "\n")
+    pinned = Comparison.create(history, CompareSpec(
+        runner_settings={"dataset": [str(both)], "context": {"w": 1}}, variants=(Variant("random"),), seeds=1,
+        budget=5, judge=(str(judge_both),)))
+    assert [dict(c) for c in pinned.targets] == [{"a": 5, "b": 2, "c": "x"}]
     proc = run_cli("compare", "--dataset", str(noisy), "--judge", str(bowl), "--algorithms", "random",
                    "--seeds", "2", "--budget", "5", db=sqlite_url, check=True)
     assert f"within 0.99 of the best mean of {bowl}" in " ".join(proc.stdout.split())

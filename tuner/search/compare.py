@@ -98,7 +98,8 @@ def judged_means(spec: CompareSpec, runner: Runner, objective: Objective) -> dic
     means = runner.table.means(objective.metric)
     if not spec.judge:
         return means
-    judge = make_runner("dataset", {"dataset": list(spec.judge)}).table
+    # pinned and read as the table is (its context, its metric): only the files differ
+    judge = make_runner("dataset", {**runner.settings(), "dataset": list(spec.judge)}).table
     if objective.metric not in judge.metrics:
         raise InvalidSpec("judge", f"the judge {judge.name} has no column {objective.metric!r}; it has "
                           f"{', '.join(judge.metrics)}")
