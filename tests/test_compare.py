@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -323,3 +324,28 @@ def test_a_judge_table_decides_near_optimal_while_the_searches_see_the_noisy_rep
     proc = run_cli("compare", "--dataset", str(noisy), "--judge", str(bowl), "--algorithms", "random",
                    "--seeds", "2", "--budget", "5", db=sqlite_url, check=True)
     assert f"within 0.99 of the best mean of {bowl}" in " ".join(proc.stdout.split())
+
+
+def test_a_near_optimal_set_of_single_runs_in_a_table_of_repeats_is_warned_about(sqlite_url, bowl, tmp_path):
+    """Where most near-optimal configurations were measured once and the rest of the table more often, the
+    comparison says its best means may be lucky repeats (CLI: a warning line; REST: the 201's warnings); a table
+    measured once throughout, or a comparison judged on a re-measurement, is not warned about."""
+    from storetune.runners.tables import TableWarning
+
+    header, *rows = bowl.read_text().splitlines()
+    twice = [r for r in rows if not r.startswith("0,0,x,")] * 2
+    noisy = tmp_path / "repeats.csv"
+    noisy.write_text("\n".join([header, *twice, "0,0,x,0.5"]) + "\n")
+    history = History(sqlite_url)
+    with pytest.warns(TableWarning, match=r"1 of the 1 near-optimal configurations of repeats were measured once, "
+                                          r"against 1% of the table"):
+        warned = Comparison.create(history, spec(noisy, "random", seeds=1, budget=5))
+    assert warned.notes() == (warned.lucky,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TableWarning)
+        assert Comparison.create(history, spec(bowl, "random", seeds=1, budget=5)).lucky is None
+        assert Comparison.create(history, spec(noisy, "random", seeds=1, budget=5, judge=(str(bowl),))).lucky is None
+    proc = run_cli("compare", "--dataset", str(noisy), "--algorithms", "random", "--seeds", "1", "--budget", "5",
+                   db=sqlite_url, check=True)
+    assert "may be lucky repeats; judge the comparison on a re-measurement of the same configurations (--judge)" in \
+        " ".join(proc.stderr.split())

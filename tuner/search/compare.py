@@ -8,6 +8,7 @@ only writer, records each campaign as it completes, tagged with the comparison.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from storetune.runners import Runner, Status, make_runner
+from storetune.runners.tables import TableWarning
 from storetune.search_spaces import Config
 from storetune.tuner.analysis.summary import best_trial, json_safe
 from storetune.tuner.search.campaign import InvalidSpec, checked
@@ -112,6 +114,24 @@ def judged_means(spec: CompareSpec, runner: Runner, objective: Objective) -> dic
     return truth
 
 
+def lucky_targets(runner: Runner, objective: Objective, targets: set[Config]) -> str | None:
+    """A warning where most of the near-optimal set was measured once in a table that measured others more often:
+    on noisy repeats the best of thousands of single runs are lucky draws of middling configurations (a generated
+    sample's best means ranked 289th to 687th in its truth, bench/SEARCH.md), and a search that finds the good
+    region is scored as missing them."""
+    j = list(runner.table.metrics).index(objective.metric)
+    runs = {c: int(np.isfinite(rows[:, j]).sum()) for c, rows in runner.table.repeats.items()}
+    if not targets or max(runs.values(), default=0) < 2:
+        return None  # a table of one run each: nothing to compare with
+    once = sum(runs.get(c) == 1 for c in targets)
+    table_share = sum(n == 1 for n in runs.values()) / len(runs)
+    if once / len(targets) < 0.5 or once / len(targets) <= 2 * table_share:
+        return None
+    return (f"{once} of the {len(targets)} near-optimal configurations of {runner.table.name} were measured once, "
+            f"against {table_share:.0%} of the table: its best means may be lucky repeats; judge the comparison on "
+            "a re-measurement of the same configurations (`judge`)")
+
+
 @dataclass(frozen=True)
 class SeedTask:
     runner_settings: Mapping[str, Any]
@@ -164,6 +184,14 @@ class Comparison:
         self.runner, self.objective = runner, objective
         self.means = judged_means(spec, runner, objective)
         self.targets = near_optimal(self.means, objective.direction, spec.within)
+        # judged on a judge, the table's own repeats do not decide the targets
+        self.lucky = None if spec.judge else lucky_targets(runner, objective, self.targets)
+        if self.lucky:
+            warnings.warn(self.lucky, TableWarning, stacklevel=2)
+
+    def notes(self) -> tuple[str, ...]:
+        """Warnings about the comparison's inputs, for a caller that cannot show Python's (REST)."""
+        return self.runner.notes() + ((self.lucky,) if self.lucky else ())
 
     @classmethod
     def prepare(cls, spec: CompareSpec) -> tuple[Runner, Objective]:

@@ -83,7 +83,7 @@ def create_comparison(body: ComparisonCreate, svc: ServiceDep, response: Respons
     svc.scheduler.wake()
     response.headers["Location"] = f"/comparisons/{comparison.id}"
     return public(svc, svc.history.comparison(comparison.id)).model_copy(
-        update={"warnings": list(comparison.runner.notes())})
+        update={"warnings": list(comparison.notes())})
 
 
 @router.get("", response_model=Page[ComparisonPublic])
