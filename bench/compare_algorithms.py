@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import be
 
 from bench.figures import COLOURS, Conditions, grid, legend, save  # noqa: E402
 from storetune.runners import make_runner  # noqa: E402
-from storetune.tuner.search.compare import Comparison, CompareSpec, Variant, judged_means  # noqa: E402
+from storetune.tuner.search.compare import Comparison, CompareSpec, Variant  # noqa: E402
+from storetune.tuner.analysis.summary import judge_means  # noqa: E402
 from storetune.tuner.analysis.convergence import near_optimal, within_for_share  # noqa: E402
 from storetune.tuner.execution.local import ProcessExecutor  # noqa: E402
 from storetune.tuner.history.store import History  # noqa: E402
@@ -114,10 +115,15 @@ def paired_ratio(ours: np.ndarray, peer: np.ndarray, budget: int, rng: np.random
     return ("success-rate ratio" if censored else "median ratio"), point, float(low), float(high)
 
 
+def split_judge(settings: dict) -> tuple[dict, list[str] | None]:
+    """A chosen table's runner settings, and the judge ``--truth`` gave it (chosen_tables), if any."""
+    settings = dict(settings)
+    return settings, settings.pop("judge", None)
+
+
 def run(history: History, settings: dict, variants: str, args: argparse.Namespace, budget: int,
         within: float) -> tuple[dict, float]:
-    settings = dict(settings)
-    judge = settings.pop("judge", None)
+    settings, judge = split_judge(settings)
     spec = CompareSpec(runner_settings=settings, variants=tuple(Variant.parse_list(variants)),
                        seeds=args.seeds, budget=budget, within=within, metric=settings.get("metric"),
                        first_seed=args.first_seed, stop_at_near_optimal=args.stop_at_near_optimal,
@@ -140,12 +146,10 @@ def run_peer(history: History, settings: dict, name: str, args: argparse.Namespa
 def threshold(settings: dict) -> tuple[float, int, int]:
     """The table's near-optimal threshold (0.1% to 1% of it near-optimal), the count and the size; on its judge's
     means where it has one (``--truth``)."""
-    settings = dict(settings)
-    judge = settings.pop("judge", None)
+    settings, judge = split_judge(settings)
     runner = make_runner("dataset", settings)
     objective = Objective.resolve(runner.metrics(), settings.get("metric"), None)
-    spec = CompareSpec(runner_settings=settings, variants=(), judge=tuple(judge) if judge else None)
-    means = judged_means(spec, runner, objective)
+    means = judge_means(runner, judge, objective.metric) if judge else runner.table.means(objective.metric)
     within = within_for_share(means, objective.direction)
     return within, len(near_optimal(means, objective.direction, within)), runner.space.cardinality()
 

@@ -260,11 +260,6 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         assert stopping.status_code == 201 and stopping.json()["settings"]["stop_at_near_optimal"] is True
         stopped = wait_for(client, f"/comparisons/{stopping.json()['id']}", ("finished",))
         assert stopped["results"]["stop_at_near_optimal"] is True
-        judged = client.post("/comparisons", json={"dataset": str(bdbc), "judge": [str(bdbc)], "algorithms": ["random"],
-                                                   "seeds": 1, "budget": 5})  # a table judged on itself
-        assert judged.status_code == 201 and judged.json()["settings"]["judge"] == [str(bdbc.resolve())], judged.text
-        outside = client.post("/comparisons", json={"dataset": str(bdbc), "judge": ["/etc/passwd"], "seeds": 1})
-        assert outside.status_code == 403 and outside.json()["detail"][0]["loc"] == ["body", "judge", 0], outside.text
         random = stopped["results"]["algorithms"]["random"]
         assert random["instant_mean"] is None and max(random["evals_to_near_optimal"]) < 20
         from storetune.tuner import History
@@ -272,6 +267,31 @@ def test_a_comparison_over_rest_has_success_curves(history_url, tmp_path, bdbc):
         history = History(history_url)
         seeds = [c for c in history.campaigns() if c.comparison_id == stopping.json()["id"]]
         assert sorted(len(history.trials(c.id)) for c in seeds) == sorted(random["evals_to_near_optimal"])
+
+
+def test_a_comparison_over_rest_is_judged_on_its_judge_and_warns_of_lucky_targets(sqlite_url, tmp_path):
+    """A table whose best mean is one lucky run: unjudged, the 201 warns of it; judged on a re-measurement it does
+    not, and the comparison, its results and its report name the judge; a judge outside the data directories,
+    or one that lacks a configuration, is refused at `judge`."""
+    rows = [f"{a},{b},{(a - 3) ** 2 + (b - 1) ** 2 + 1}" for a in range(6) for b in range(6)]
+    truth, noisy, short = tmp_path / "truth.csv", tmp_path / "noisy.csv", tmp_path / "short.csv"
+    truth.write_text("\n".join(["a,b,PERF-", *rows]) + "\n")
+    noisy.write_text("\n".join(["a,b,PERF-", *[r for r in rows if not r.startswith("0,0,")] * 2, "0,0,0.5"]) + "\n")
+    short.write_text("\n".join(["a,b,PERF-", *rows[:-1]]) + "\n")
+    body = {"dataset": str(noisy), "algorithms": ["random"], "seeds": 1, "budget": 5}
+    with client_for(sqlite_url, tmp_path, data_dirs=str(tmp_path)) as client, pytest.warns(TableWarning):
+        plain = client.post("/comparisons", json=body)
+        assert plain.status_code == 201 and "may be lucky repeats" in " ".join(plain.json()["warnings"]), plain.text
+        judged = client.post("/comparisons", json={**body, "judge": [str(truth)]})
+        assert judged.status_code == 201 and judged.json()["warnings"] == [], judged.text
+        done = wait_for(client, f"/comparisons/{judged.json()['id']}", ("finished",))
+        assert done["settings"]["judge"] == done["results"]["judge"] == [str(truth.resolve())]
+        assert "judged on the means of" in client.get(f"/comparisons/{done['id']}/report").text
+        outside = client.post("/comparisons", json={**body, "judge": ["/etc/passwd"]})
+        assert outside.status_code == 403 and outside.json()["detail"][0]["loc"] == ["body", "judge", 0], outside.text
+        lacking = client.post("/comparisons", json={**body, "judge": [str(short)]})
+        assert lacking.status_code == 422 and lacking.json()["detail"][0]["loc"] == ["body", "judge"], lacking.text
+        assert "it lacks 1 and adds 0" in lacking.text
 
 
 def test_tables_read_with_a_warning_say_so_in_the_response_that_created_the_run(sqlite_url, tmp_path):

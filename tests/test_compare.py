@@ -299,13 +299,18 @@ def test_a_judge_table_decides_near_optimal_while_the_searches_see_the_noisy_rep
     judged = Comparison.create(history, spec(noisy, "random", seeds=4, budget=20, judge=(str(bowl),)))
     assert [dict(c) for c in judged.targets] == [{"a": 5, "b": 2, "c": "x"}]
     results = judged.run(LocalExecutor())
-    assert results["judge"] == [str(bowl)] and results["near_optimal"] == 1
+    assert results["judge"] == [str(bowl.resolve())] and results["near_optimal"] == 1
     from storetune.api.report.page import comparison_tables
     from storetune.tuner.analysis.report import comparison_data
 
     assert f"judged on the means of {bowl}" in comparison_tables(comparison_data(history, judged.id))
+    from storetune.tuner.analysis.report import _table_means
+
+    record = history.comparison(judged.id)  # the report's best-so-far curve reads the judge's means too
+    curve_means, _ = _table_means(record.runner_settings, "PERF", [], record.settings["judge"])
+    assert curve_means[next(iter(plain.targets))] == 30 and judged.means == curve_means
     reloaded = Comparison.load(history, judged.id)
-    assert reloaded.spec.judge == (str(bowl),) and reloaded.targets == judged.targets
+    assert reloaded.spec.judge == (str(bowl.resolve()),) and reloaded.targets == judged.targets
     short = tmp_path / "short.csv"
     short.write_text("\n".join(rows[:-1]) + "\n")
     before = len(history.comparisons())

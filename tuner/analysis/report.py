@@ -20,7 +20,7 @@ from storetune.search_spaces import Config
 from storetune.search_spaces.status import best_of, loss, within_of_best
 from storetune.tuner.analysis.summary import (
     TableGone, campaign_best, campaign_convergence, convergence, evaluations, held_out, near_optimal_trials,
-    replayed_table, table_digest,
+    judge_means, replayed_table, table_digest,
 )
 from storetune.tuner.history.store import History
 from storetune.tuner.history.views import CampaignView
@@ -126,7 +126,8 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
     stopped = record.settings.get("stop_at_near_optimal", False)
     campaigns = [] if stopped else history.comparison_campaigns(comparison_id)
     seeds = _seed_campaigns(campaigns)
-    means, gone = _table_means(record.runner_settings, objective.get("metric"), campaigns) if seeds else (None, None)
+    means, gone = (_table_means(record.runner_settings, objective.get("metric"), campaigns, record.settings.get("judge"))
+                   if seeds else (None, None))
     for label, ids in seeds.items():
         curves = []
         for campaign_id in ids:
@@ -170,14 +171,20 @@ def comparison_data(history: History, comparison_id: int) -> dict[str, Any]:
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def _table_means(runner_settings: dict[str, Any], metric: str | None,
-                 campaigns: list[CampaignView]) -> tuple[dict[Config, float] | None, str | None]:
-    """The comparison's table: each configuration's mean, the truth its seeds are judged by; or None and
-    why not (the table can no longer be read, or has changed since the seeds replayed it)."""
+def _table_means(runner_settings: dict[str, Any], metric: str | None, campaigns: list[CampaignView],
+                 judge: list[str] | None = None) -> tuple[dict[Config, float] | None, str | None]:
+    """The comparison's table: each configuration's mean, or its judge's, the truth its seeds are judged by; or
+    None and why not (the table or its judge can no longer be read, or the table has changed since the seeds
+    replayed it)."""
     try:
         runner = replayed_table(runner_settings, [table_digest(c) for c in campaigns])
     except TableGone as e:
         return None, str(e)
+    if judge:
+        try:
+            return judge_means(runner, judge, metric or runner.table.default_metric), None
+        except (OSError, ValueError) as e:
+            return None, f"its judge can no longer be read: {e}"
     return runner.table.means(metric), None
 
 

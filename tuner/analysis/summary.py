@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from storetune.runners import Status
+from storetune.search_spaces import Config
 from storetune.search_spaces.status import best_of, better, within_of_best
 from storetune.search_spaces.status import loss as to_loss
 from storetune.tuner.history.views import CampaignView, TrialView
@@ -158,6 +159,24 @@ def replayed_table(runner_settings: Mapping[str, Any], digests: Sequence[str | N
         raise TableGone(f"its table {runner.table.name} has changed since it was replayed (digest "
                         f"{runner.table.sha256}, recorded {', '.join(sorted(recorded))})")
     return runner
+
+
+def judge_means(runner: Any, judge: Sequence[str], metric: str) -> dict[Config, float]:
+    """The means of a judge of a replayed table: another table of the same configurations (re-measured, or a
+    generated table's noiseless truth), pinned and read as the table is; ValueError where it lacks the metric,
+    or lacks or adds a configuration."""
+    from storetune.runners import make_runner
+
+    table = make_runner("dataset", {**runner.settings(), "dataset": list(judge)}).table
+    if metric not in table.metrics:
+        raise ValueError(f"the judge {table.name} has no column {metric!r}; it has {', '.join(table.metrics)}")
+    truth, means = table.means(metric), runner.table.means(metric)
+    missing, extra = set(means) - set(truth), set(truth) - set(means)
+    if missing or extra:
+        example = next(iter(missing or extra))
+        raise ValueError(f"the judge {table.name} must hold the table's configurations: it lacks {len(missing)} "
+                         f"and adds {len(extra)}, e.g. {dict(example)}")
+    return truth
 
 
 def table_digest(record: CampaignView) -> str | None:

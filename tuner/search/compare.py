@@ -11,6 +11,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from storetune.runners import Runner, Status, make_runner
 from storetune.runners.tables import TableWarning
 from storetune.search_spaces import Config
-from storetune.tuner.analysis.summary import best_trial, json_safe
+from storetune.tuner.analysis.summary import best_trial, json_safe, judge_means
 from storetune.tuner.search.campaign import InvalidSpec, checked
 from storetune.tuner.analysis.convergence import (
     EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve,
@@ -96,22 +97,16 @@ class CompareSpec:
 
 
 def judged_means(spec: CompareSpec, runner: Runner, objective: Objective) -> dict[Config, float]:
-    """Each configuration's mean that near-optimality is judged on: the table's, or its judge's."""
-    means = runner.table.means(objective.metric)
+    """Each configuration's mean that near-optimality is judged on: the table's, or its judge's (any error
+    reading the judge is placed on ``judge``)."""
     if not spec.judge:
-        return means
-    # pinned and read as the table is (its context, its metric): only the files differ
-    judge = make_runner("dataset", {**runner.settings(), "dataset": list(spec.judge)}).table
-    if objective.metric not in judge.metrics:
-        raise InvalidSpec("judge", f"the judge {judge.name} has no column {objective.metric!r}; it has "
-                          f"{', '.join(judge.metrics)}")
-    truth = judge.means(objective.metric)
-    missing, extra = set(means) - set(truth), set(truth) - set(means)
-    if missing or extra:
-        example = next(iter(missing or extra))
-        raise InvalidSpec("judge", f"the judge {judge.name} must hold the table's configurations: it lacks {len(missing)} "
-                          f"and adds {len(extra)}, e.g. {dict(example)}")
-    return truth
+        return runner.table.means(objective.metric)
+    return checked("judge", lambda: judge_means(runner, spec.judge, objective.metric))
+
+
+def resolved(judge: Sequence[str] | None) -> list[str] | None:
+    """A judge's paths as recorded: absolute, so that a comparison reloaded elsewhere (a service worker) finds it."""
+    return [str(Path(p).expanduser().resolve()) for p in judge] if judge else None
 
 
 def lucky_targets(runner: Runner, objective: Objective, targets: set[Config]) -> str | None:
@@ -229,7 +224,7 @@ class Comparison:
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
             "variant_params": [[v.algorithm, [list(p) for p in v.params]] for v in spec.variants],
             "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
-            "stop_at_near_optimal": spec.stop_at_near_optimal, "judge": list(spec.judge) if spec.judge else None,
+            "stop_at_near_optimal": spec.stop_at_near_optimal, "judge": resolved(spec.judge),
         }
         record = history.create_comparison(workload_name=runner.workload.name, runner_settings=runner.settings(),
                                            settings=settings, origin=origin, state=state)
@@ -332,7 +327,7 @@ class Comparison:
             "within": self.spec.within,
             "configurations": size,
             "stop_at_near_optimal": self.spec.stop_at_near_optimal,
-            "judge": list(self.spec.judge) if self.spec.judge else None,
+            "judge": resolved(self.spec.judge),
             "near_optimal": len(self.targets),
             "near_optimal_share": len(self.targets) / size,
             # random draws from every configuration, also those the table records as failures

@@ -136,6 +136,8 @@ def resume_comparison(comparison_id: ComparisonId, svc: ServiceDep) -> Compariso
         raise HTTPException(409, f"comparison {comparison_id} is {c.state}, and its worker is still ending; try "
                                  "again in a few seconds")
     apply_policy(svc.settings, "dataset", dict(c.runner_settings))  # its tables must be inside the data directories
+    for i, path in enumerate(c.settings.get("judge") or []):  # and so must its judge (a CLI comparison's too)
+        allowed_path(svc.settings, path, ("judge", i))
     if c.settings.get("executor") == "ray":
         executor_kind(svc, "ray")
     if not svc.history.transition_comparison(comparison_id, ["cancelled", "interrupted", "failed"], state="queued",
