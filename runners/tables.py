@@ -62,16 +62,16 @@ class Table:
     def default_metric(self) -> str:
         return next(iter(self.metrics))
 
-    def means(self, metric: str) -> dict[Config, float]:
-        """The ground truth: each configuration's mean over its repeats that measured ``metric``
-        (a sweep leaves a metric its engine does not report empty); one that never did has none."""
+    def measured(self, metric: str) -> dict[Config, np.ndarray]:
+        """Each configuration's repeats that measured ``metric``, in file order (a failed repeat is skipped, and a
+        sweep leaves a metric its engine does not report empty): possibly none."""
         j = list(self.metrics).index(metric)
-        out = {}
-        for c, rows in self.repeats.items():
-            measured = rows[:, j][np.isfinite(rows[:, j])]
-            if len(measured):
-                out[c] = float(measured.mean())
-        return out
+        return {c: rows[:, j][np.isfinite(rows[:, j])] for c, rows in self.repeats.items()}
+
+    def means(self, metric: str) -> dict[Config, float]:
+        """The ground truth: each configuration's mean over its repeats that measured ``metric``; one that never
+        did has none."""
+        return {c: float(runs.mean()) for c, runs in self.measured(metric).items() if len(runs)}
 
     def noise(self, metric: str) -> dict[str, Any]:
         """How much ``metric`` moves between repeats of one configuration: the median and 90th percentile
@@ -81,9 +81,7 @@ class Table:
         drawn from this table can reach); None under three configurations."""
         from scipy.stats import spearmanr
 
-        j = list(self.metrics).index(metric)
-        runs = [rows[:, j][np.isfinite(rows[:, j])] for rows in self.repeats.values()]
-        runs = [r for r in runs if len(r) >= 2 and r.mean() != 0]
+        runs = [r for r in self.measured(metric).values() if len(r) >= 2 and r.mean() != 0]
         if not runs:
             return {"metric": metric, "configurations": 0}
         cvs = np.array([r.std(ddof=1) / abs(r.mean()) for r in runs])

@@ -114,8 +114,7 @@ def lucky_targets(runner: Runner, objective: Objective, targets: set[Config]) ->
     on noisy repeats the best of thousands of single runs are lucky draws of middling configurations (a generated
     sample's best means ranked 289th to 687th in its truth, bench/SEARCH.md), and a search that finds the good
     region is scored as missing them."""
-    j = list(runner.table.metrics).index(objective.metric)
-    runs = {c: int(np.isfinite(rows[:, j]).sum()) for c, rows in runner.table.repeats.items()}
+    runs = {c: len(measured) for c, measured in runner.table.measured(objective.metric).items()}
     if not targets or max(runs.values(), default=0) < 2:
         return None  # a table of one run each: nothing to compare with
     once = sum(runs.get(c) == 1 for c in targets)
