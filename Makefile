@@ -49,11 +49,11 @@ test: setup
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The container deployment started for real: Debian's Docker engine (started here if none runs, and stopped
-# after), local base images (no registry is needed), then docker-compose.yml end to end (tests/test_deploy.py).
+# after), local base images (no registry is needed), then docker-compose.yml end to end (tests/test_deploy_e2e.py).
 APT_DEPLOY := docker.io docker-compose debootstrap
 test-deploy: setup
 	@$(MAKE) --no-print-directory apt PKGS="$(APT_DEPLOY)"
-	STORETUNE_TEST_DEPLOY=1 deploy/with-dockerd.sh $(BIN)/pytest -p no:cacheprovider -s -q tests/test_deploy.py \
+	STORETUNE_TEST_DEPLOY=1 deploy/with-dockerd.sh $(BIN)/pytest -p no:cacheprovider -s -q tests/test_deploy_e2e.py \
 	  -k end_to_end --timeout 3600
 
 # The documentation site, built offline into site/ (open site/index.html); the references are generated from

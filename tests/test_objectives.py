@@ -273,7 +273,7 @@ def test_the_cli_takes_an_objective_and_refuses_a_bad_one(tmp_path, grid_table, 
 
 
 def test_the_api_takes_an_objective_and_serves_the_pareto_set(tmp_path):
-    from test_api import client_for, wait_for
+    from rest_client import client_for, wait_for
 
     table = shared("moot_configs/SS-A.csv")
     url = f"sqlite:///{tmp_path / 'api.sqlite'}"

@@ -20,17 +20,18 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 from storetune.runners import Measurement, Status
 from storetune.search_spaces import Config, config_hash
 from storetune.tuner.history.models import (
-    CampaignRecord, ComparisonRecord, FingerprintRecord, MeasurementRecord, TrialRecord, utcnow,
+    CampaignRecord, FingerprintRecord, MeasurementRecord, TrialRecord, utcnow,
 )
 from storetune.tuner.history.schema import (
     check_schema, commit_started, make_engine, refuse_a_missing_file, retried, retry_bound, retrying, shown_url,
     upgrade_schema,
 )
-from storetune.tuner.history.views import CampaignView, ComparisonView, MeasurementView, TrialView, view
+from storetune.tuner.history.comparisons import ComparisonRecords
+from storetune.tuner.history.views import CampaignView, MeasurementView, TrialView, view
 
 
 @retrying
-class History:
+class History(ComparisonRecords):
     """Reads and writes the history at ``url`` (an SQLAlchemy URL).
 
     ``migrate=True`` (writers) brings the schema to the newest revision first, under a lock;
@@ -234,60 +235,6 @@ class History:
                             TrialRecord.value.is_not(None))
                      .order_by(TrialRecord.id))
             return [(campaigns[c], h, config, float(v)) for c, h, config, v in s.execute(query)]
-
-    # --- comparisons ------------------------------------------------------------------------------
-    def create_comparison(self, state: str = "running", **fields: Any) -> ComparisonView:
-        with self.session() as s, s.begin():
-            record = ComparisonRecord(state=state, **fields)
-            s.add(record)
-            s.flush()
-            return view(ComparisonView, record)
-
-    def finish_comparison(self, comparison_id: int, state: str, results: dict[str, Any] | None,
-                          note: str | None = None) -> None:
-        with self.session() as s, s.begin():
-            s.execute(
-                update(ComparisonRecord)
-                .where(ComparisonRecord.id == comparison_id)
-                .values(state=state, results=results, note=note,
-                        finished_at=utcnow() if state == "finished" else None)
-            )
-
-    def transition_comparison(self, comparison_id: int, from_states: Sequence[str], retry: bool = False,
-                              **values: Any) -> bool:
-        """``transition`` for a comparison."""
-        return self._transition(ComparisonRecord, comparison_id, from_states, values, retry)
-
-    def comparison_cancel_requested(self, comparison_id: int) -> bool:
-        with self.session() as s:
-            return bool(s.scalar(select(ComparisonRecord.cancel_requested)
-                                 .where(ComparisonRecord.id == comparison_id)))
-
-    def comparison(self, comparison_id: int) -> ComparisonView:
-        with self.session() as s:
-            record = s.get(ComparisonRecord, comparison_id)
-            if record is None:
-                raise LookupError(f"no comparison {comparison_id} in {self.url}")
-            return view(ComparisonView, record)
-
-    def comparisons(self, *, offset: int = 0, limit: int | None = None, origin: str | None = None,
-                    states: Sequence[str] = ()) -> list[ComparisonView]:
-        query = select(ComparisonRecord).order_by(ComparisonRecord.id)
-        if origin is not None:
-            query = query.where(ComparisonRecord.origin == origin)
-        if states:
-            query = query.where(ComparisonRecord.state.in_(list(states)))
-        with self.session() as s:
-            return [view(ComparisonView, r) for r in s.scalars(query.offset(offset).limit(limit))]
-
-    def count_comparisons(self) -> int:
-        with self.session() as s:
-            return int(s.scalar(select(func.count(ComparisonRecord.id))) or 0)
-
-    def comparison_campaigns(self, comparison_id: int) -> list[CampaignView]:
-        with self.session() as s:
-            query = select(CampaignRecord).where(CampaignRecord.comparison_id == comparison_id).order_by(CampaignRecord.id)
-            return [view(CampaignView, r) for r in s.scalars(query)]
 
     def write_campaign(self, fields: dict[str, Any], trials: Sequence[TrialView], retry: bool = False) -> int:
         """A finished campaign with all its trials and measurements, in one transaction (the
