@@ -40,9 +40,8 @@ sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import be
 
 from bench.figures import COLOURS, Conditions, grid, legend, save  # noqa: E402
 from storetune.runners import make_runner  # noqa: E402
-from storetune.tuner.search.compare import Comparison, CompareSpec, Variant  # noqa: E402
-from storetune.tuner.analysis.summary import judge_means  # noqa: E402
-from storetune.tuner.analysis.convergence import near_optimal, within_for_share  # noqa: E402
+from storetune.tuner.search.compare import Comparison, CompareSpec, Variant, judged_means  # noqa: E402
+from storetune.tuner.analysis.convergence import near_optimal_share  # noqa: E402
 from storetune.tuner.execution.local import ProcessExecutor  # noqa: E402
 from storetune.tuner.history.store import History  # noqa: E402
 from storetune.tuner.objectives.objective import Objective  # noqa: E402
@@ -149,9 +148,8 @@ def threshold(settings: dict) -> tuple[float, int, int]:
     settings, judge = split_judge(settings)
     runner = make_runner("dataset", settings)
     objective = Objective.resolve(runner.metrics(), settings.get("metric"), None)
-    means = judge_means(runner, judge, objective.metric) if judge else runner.table.means(objective.metric)
-    within = within_for_share(means, objective.direction)
-    return within, len(near_optimal(means, objective.direction, within)), runner.space.cardinality()
+    within, near = near_optimal_share(judged_means(runner, objective, judge), objective.direction)
+    return within, len(near), runner.space.cardinality()
 
 
 def chosen_tables(spec: str, truth: bool = False) -> dict[str, tuple[dict, str]]:

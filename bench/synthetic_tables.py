@@ -178,12 +178,10 @@ def true_ranks(path: Path, truth: np.ndarray) -> tuple[float, list[int]]:
     noiseless truth (0: the best) of each configuration its means put within it, best mean first: where the
     repeats' noise is larger than the spread among the best, the set is lucky repeats, not good configurations."""
     from storetune.runners import make_runner
-    from storetune.tuner.analysis.convergence import near_optimal, within_for_share
+    from storetune.tuner.analysis.convergence import near_optimal_share
 
-    runner = make_runner("dataset", {"dataset": [str(path)]})
-    means = runner.table.means("Performance")
-    within = within_for_share(means, "min")
-    chosen = near_optimal(means, "min", within)
+    means = make_runner("dataset", {"dataset": [str(path)]}).table.means("Performance")
+    within, chosen = near_optimal_share(means, "min")
     order = {c: i for i, c in enumerate(means)}  # the table's configurations, in the order they were written
     rank = np.empty(len(truth), int)
     rank[np.argsort(truth, kind="stable")] = np.arange(len(truth))

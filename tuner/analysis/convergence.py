@@ -58,6 +58,12 @@ def within_for_share(means: Mapping[Config, float], direction: str, low: float =
     return float(within)
 
 
+def near_optimal_share(means: Mapping[Config, float], direction: str) -> tuple[float, set[Config]]:
+    """``within_for_share``'s threshold on a table's means, and the configurations it makes near-optimal."""
+    within = within_for_share(means, direction)
+    return within, near_optimal(means, direction, within)
+
+
 def evaluations_to_hit(evaluated: Sequence[Config], targets: set[Config]) -> int | None:
     """The 1-based evaluation at which a target was first measured, or None."""
     for k, config in enumerate(evaluated, start=1):

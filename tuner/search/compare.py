@@ -96,12 +96,22 @@ class CompareSpec:
     judge: tuple[str, ...] | None = None
 
 
-def judged_means(spec: CompareSpec, runner: Runner, objective: Objective) -> dict[Config, float]:
+def judged_means(runner: Runner, objective: Objective, judge: Sequence[str] | None) -> dict[Config, float]:
     """Each configuration's mean that near-optimality is judged on: the table's, or its judge's (any error
     reading the judge is placed on ``judge``)."""
-    if not spec.judge:
+    if not judge:
         return runner.table.means(objective.metric)
-    return checked("judge", lambda: judge_means(runner, spec.judge, objective.metric))
+    return checked("judge", lambda: judge_means(runner, judge, objective.metric))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``Comparison.prepare`` checked and read: the table's runner, the objective, and the means
+    near-optimality is judged on (read once: a judge is a table of its own)."""
+
+    runner: Runner
+    objective: Objective
+    means: dict[Config, float]
 
 
 def resolved(judge: Sequence[str] | None) -> list[str] | None:
@@ -172,14 +182,13 @@ def run_seed(task: SeedTask) -> SeedRun:
 
 
 class Comparison:
-    def __init__(self, history: History, spec: CompareSpec, comparison_id: int, runner: Runner, objective: Objective,
+    def __init__(self, history: History, spec: CompareSpec, comparison_id: int, prepared: Prepared,
                  origin: str = "cli"):
         self.history, self.spec, self.id, self.origin = history, spec, comparison_id, origin
-        self.runner, self.objective = runner, objective
-        self.means = judged_means(spec, runner, objective)
-        self.targets = near_optimal(self.means, objective.direction, spec.within)
+        self.runner, self.objective, self.means = prepared.runner, prepared.objective, prepared.means
+        self.targets = near_optimal(self.means, self.objective.direction, spec.within)
         # judged on a judge, the table's own repeats do not decide the targets
-        self.lucky = None if spec.judge else lucky_targets(runner, objective, self.targets)
+        self.lucky = None if spec.judge else lucky_targets(self.runner, self.objective, self.targets)
         if self.lucky:
             warnings.warn(self.lucky, TableWarning, stacklevel=2)
 
@@ -188,9 +197,9 @@ class Comparison:
         return self.runner.notes() + ((self.lucky,) if self.lucky else ())
 
     @classmethod
-    def prepare(cls, spec: CompareSpec) -> tuple[Runner, Objective]:
-        """The table's runner and the objective, after every check: bad input raises ValueError,
-        and nothing is written."""
+    def prepare(cls, spec: CompareSpec) -> Prepared:
+        """The table's runner, the objective and the judged means, after every check: bad input raises
+        ValueError, and nothing is written."""
         if not 0 < spec.within <= 1:
             raise ValueError(f"`within` must be in (0, 1], e.g. 0.99 for 'within 1% of the best'; got {spec.within}")
         for name, value in (("seeds", spec.seeds), ("budget", spec.budget), ("repeats", spec.repeats)):
@@ -209,15 +218,16 @@ class Comparison:
         for v in spec.variants:  # unknown algorithms and hyperparameters fail here, before any write
             checked("algorithms", lambda v=v: make_tuner(v.algorithm, runner.space, seed=0,
                                                          direction=objective.direction, params=dict(v.params)))
-        judged_means(spec, runner, objective)  # a judge that does not hold the table's configurations fails here
-        return runner, objective
+        # a judge that does not hold the table's configurations fails here
+        return Prepared(runner, objective, judged_means(runner, objective, spec.judge))
 
     @classmethod
     def create(cls, history: History, spec: CompareSpec, *, origin: str = "cli", state: str = "running",
-               executor_kind: str = "local", prepared: tuple[Runner, Objective] | None = None) -> Comparison:
+               executor_kind: str = "local", prepared: Prepared | None = None) -> Comparison:
         """Validate everything (unless ``prepared`` is what ``prepare`` gave), then record the comparison
         (``executor_kind``: where its seeds are to run)."""
-        runner, objective = prepared or cls.prepare(spec)
+        prepared = prepared or cls.prepare(spec)
+        runner, objective = prepared.runner, prepared.objective
         settings = {
             "executor": executor_kind,
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
@@ -227,7 +237,7 @@ class Comparison:
         }
         record = history.create_comparison(workload_name=runner.workload.name, runner_settings=runner.settings(),
                                            settings=settings, origin=origin, state=state)
-        return cls(history, spec, record.id, runner, objective, origin)
+        return cls(history, spec, record.id, prepared, origin)
 
     @classmethod
     def load(cls, history: History, comparison_id: int) -> Comparison:
@@ -243,8 +253,7 @@ class Comparison:
             stop_at_near_optimal=settings.get("stop_at_near_optimal", False),  # not recorded before it existed
             judge=tuple(settings["judge"]) if settings.get("judge") else None,
         )
-        runner, objective = cls.prepare(spec)
-        return cls(history, spec, comparison_id, runner, objective, record.origin)
+        return cls(history, spec, comparison_id, cls.prepare(spec), record.origin)
 
     def run(self, executor: Executor | None = None, on_seed: Callable[[SeedRun], None] | None = None) -> dict[str, Any]:
         """Run every seed of every variant, recording each as it completes, and summarise them. A comparison
