@@ -307,12 +307,12 @@ def main() -> None:
 
 
 def measured_by(sweeps: list[Path]) -> str:
-    """Where and when two sweeps were measured, from their manifests."""
+    """Where two sweeps were measured, from their manifests (which keep when)."""
     parts = []
     for engine, d in zip(ENGINES, sweeps):
         m = json.loads((d / "manifest.json").read_text())
         w = m.get("where", {})
-        parts.append(f"{engine}: {d.name}, {m.get('started_at', '?')[:10]} to {m.get('finished_at', '?')[:10]}")
+        parts.append(f"{engine}: {d.name}")
     return (f"{'; '.join(parts)}; host {w.get('host', '?')} ({w.get('cpu', '?')}, {w.get('machine', '?')}, Linux "
             f"{w.get('kernel', '?')}), {w.get('device', '?')} device on {w.get('loop_backing_fs', '?').split()[0]} "
             "(the load of each run: in the manifests)")

@@ -1,8 +1,8 @@
 """The results pages' figures: the benchmarks draw them with matplotlib, to SVG, from the figures they print.
 
-Every figure carries, under its title, the run's conditions: the date and time it started (UTC), the host
-(cores, architecture, kernel) and its load average before the run, so that a figure read out of its page still
-says where it was measured. The SVG is byte-stable for the same data (no timestamp, a fixed hash salt), so a
+Every figure carries, under its title, the run's conditions: the host (cores, architecture, kernel) and its load
+average before the run, so that a figure read out of its page still says where it was measured. When it started
+is kept in the run's saved JSON (``Conditions.as_dict``), not on the figure: the pages carry no dates. The SVG is byte-stable for the same data (no timestamp, a fixed hash salt), so a
 rerun that measured the same thing leaves the repository unchanged.
 
 matplotlib, not plotly: plotly's static export needs kaleido and a browser process; matplotlib writes SVG
@@ -39,7 +39,7 @@ class Conditions:
         if self.recorded:
             return self.recorded
         one, five, fifteen = self.load
-        return (f"{self.started}; {self.cpus} cores, {self.machine}; "
+        return (f"{self.cpus} cores, {self.machine}; "
                 f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} (1/5/15 min) before the run")
 
     def as_dict(self) -> dict[str, Any]:
