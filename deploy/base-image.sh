@@ -16,7 +16,7 @@ fi
 command -v debootstrap >/dev/null || { echo "base-image.sh needs debootstrap (apt-get install debootstrap)"; exit 1; }
 root=$(mktemp -d /var/tmp/storetune-base.XXXXXX)
 # what debootstrap may leave mounted inside the root is unmounted first, and rm never crosses into a mount
-trap 'umount -R "$root/proc" "$root/sys" "$root/dev" 2>/dev/null; rm -rf --one-file-system "$root"' EXIT
+trap 'umount -R "$root/proc" "$root/sys" "$root/dev" 2>/dev/null || true; rm -rf --one-file-system "$root"' EXIT
 started=$(date +%s)
 echo "debootstrap bookworm from $MIRROR into $root"
 debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$root" "$MIRROR" \
