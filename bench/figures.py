@@ -2,8 +2,9 @@
 
 Every figure carries, under its title, the run's conditions: the host (cores, architecture, kernel) and its load
 average before the run, so that a figure read out of its page still says where it was measured. When it started
-is kept in the run's saved JSON (``Conditions.as_dict``), not on the figure: the pages carry no dates. The SVG is byte-stable for the same data (no timestamp, a fixed hash salt), so a
-rerun that measured the same thing leaves the repository unchanged.
+is kept in the run's saved JSON (``Conditions.as_dict``), not on the figure: the pages carry no dates. The SVG
+is byte-stable for the same data (no timestamp, a fixed hash salt), so a rerun that measured the same thing
+leaves the repository unchanged.
 
 matplotlib, not plotly: plotly's static export needs kaleido and a browser process; matplotlib writes SVG
 by itself, offline (it is in the `bench` extra).
