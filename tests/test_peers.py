@@ -165,3 +165,27 @@ def test_smac_is_told_a_failure_at_a_finite_cost_and_sees_numbers_on_their_scale
         if len(p.values) > 10:
             spans = min(p.values) > 0 and max(p.values) / min(p.values) >= 100
             assert isinstance(hp, UniformIntegerHyperparameter) and hp.log == spans
+
+
+def test_a_rerun_of_the_benchmark_command_proposes_what_the_first_run_did(tmp_path):
+    """SMAC3's proposals for a seed depend on the process's string hashing (its local search gathers start
+    points in a set): bench/compare_algorithms.py fixes the hashing, so that each of two runs of the same
+    command, in processes with different hash seeds, asks for the same configurations in the same order."""
+    pytest.importorskip("smac")
+    import json
+    import os
+    import sqlite3
+
+    proposals = []
+    for run, hash_seed in enumerate(("1", "random")):
+        out = tmp_path / f"run{run}"
+        subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "compare_algorithms.py"), "--seeds", "1", "--first-seed", "5000",
+             "--budget", "40", "--algorithms", "random", "--default", "random", "--peers", "smac3", "--datasets",
+             "postgresql", "--workers", "1", "--out", str(out)],
+            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        with sqlite3.connect(out / "bench.sqlite") as db:
+            proposals.append([json.loads(c) for (c,) in db.execute(
+                "SELECT t.config FROM trials t JOIN campaigns c ON c.id = t.campaign_id "
+                "WHERE c.algorithm = 'smac3' ORDER BY t.number")])
+    assert len(proposals[0]) == 40 and proposals[0] == proposals[1]
