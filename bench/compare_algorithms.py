@@ -181,8 +181,13 @@ def fixed_hashing() -> None:
     local search's start points in a set of configurations, whose order follows the process's hash seed, so that
     for the same seed its proposals differed from one run to the next (PostgreSQL, seed 5000: from the 18th);
     fixed, a rerun of the command is the same run. Optuna and our algorithms do not depend on it."""
-    if os.environ.get("PYTHONHASHSEED") != "0":
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
+    if not sys.flags.hash_randomization:
+        return
+    if os.environ.get("STORETUNE_BENCH_REEXECUTED"):  # Python ignored the variable (-E or -I): no second loop
+        sys.exit("bench/compare_algorithms.py: Python ignored PYTHONHASHSEED=0 (run with -E or -I?); "
+                 "run it without those flags")
+    env = {**os.environ, "PYTHONHASHSEED": "0", "STORETUNE_BENCH_REEXECUTED": "1"}
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # the interpreter's flags kept
 
 
 def main() -> None:

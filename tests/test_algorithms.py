@@ -35,7 +35,7 @@ def bdbc_study(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # the studies run in the first test's setup: 60 s alone on 2 cores
+@pytest.mark.timeout(900)  # the studies run in the first test's setup
 @pytest.mark.parametrize("algorithm", MUST_BEAT_RANDOM)
 def test_reaches_near_optimal_in_fewer_evaluations_than_random(bdbc_study, algorithm):
     study, ours = bdbc_study[algorithm]

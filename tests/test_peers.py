@@ -167,6 +167,7 @@ def test_smac_is_told_a_failure_at_a_finite_cost_and_sees_numbers_on_their_scale
             assert isinstance(hp, UniformIntegerHyperparameter) and hp.log == spans
 
 
+@pytest.mark.slow
 def test_a_rerun_of_the_benchmark_command_proposes_what_the_first_run_did(tmp_path):
     """SMAC3's proposals for a seed depend on the process's string hashing (its local search gathers start
     points in a set): bench/compare_algorithms.py fixes the hashing, so that each of two runs of the same
@@ -176,8 +177,11 @@ def test_a_rerun_of_the_benchmark_command_proposes_what_the_first_run_did(tmp_pa
     import os
     import sqlite3
 
+    from conftest import shared
+
+    shared("moot_configs/PostgreSQL.csv")  # skipped, as the other tests of ../shared, where it is absent
     proposals = []
-    for run, hash_seed in enumerate(("1", "random")):
+    for run, hash_seed in enumerate(("1", "2")):  # unfixed, these two part at the 16th proposal
         out = tmp_path / f"run{run}"
         subprocess.run(
             [sys.executable, str(ROOT / "bench" / "compare_algorithms.py"), "--seeds", "1", "--first-seed", "5000",
