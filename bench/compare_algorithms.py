@@ -22,6 +22,10 @@ table's noisy repeats.
 With --stop-at-near-optimal each seed stops at its first near-optimal configuration: every evaluation
 count, success rate and ratio is the same (a later evaluation cannot change the first hit), at a
 fraction of the cost; the wall times and the ask+tell figures then describe the shortened runs.
+With --resume an interrupted run goes on where it stopped: the tables its compare_algorithms.json already holds
+are kept, provided it was written by the same command, and the others are measured. Every seed and (with the
+hash seed fixed) every proposal is the same as in an uninterrupted run, so the figures are too; the JSON lists
+each part's conditions.
 """
 
 from __future__ import annotations
@@ -190,6 +194,25 @@ def fixed_hashing() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # the interpreter's flags kept
 
 
+def command(argv: list[str]) -> list[str]:
+    """A run's arguments, without --resume: what makes two invocations the same run."""
+    return [a for a in argv if a != "--resume"]
+
+
+def resumed(args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """The tables and the conditions of each part of the interrupted run in --out, refused unless the same
+    command wrote them."""
+    path = args.out / "compare_algorithms.json"
+    if not path.exists():
+        print(f"--resume: nothing to resume in {args.out}; starting")
+        return {}, []
+    saved = json.loads(path.read_text())
+    if command(saved["argv"]) != command(sys.argv[1:]):
+        sys.exit(f"--resume: {path} was written by another command ({' '.join(saved['argv'])}); "
+                 "run it with the same arguments, or choose another --out")
+    return saved["tables"], saved.get("parts", [saved["conditions"]])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=100)
@@ -211,6 +234,9 @@ def main() -> None:
     parser.add_argument("--truth", action="store_true",
                         help="judge a generated table on its noiseless truth where one is beside it (truth/NAME): the "
                              "searches see its noisy repeats, near-optimal is what the generator made good")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the tables an interrupted run of the same command already wrote to --out and "
+                             "measure the rest")
     parser.add_argument("--stop-at-near-optimal", action="store_true",
                         help="stop each seed at its first near-optimal configuration: the same evaluation counts "
                              "and ratios, in a fraction of the time; no ask+tell figure at the budget")
@@ -234,8 +260,12 @@ def main() -> None:
     args.default = Variant.parse_list(args.default)[0].label  # auto:patience=10 is labelled auto[patience=10]
     if args.default not in ours_labels:
         sys.exit(f"--default {args.default} is not among --algorithms {args.algorithms}")
-    report = {}
+    report, parts = resumed(args) if args.resume else ({}, [])
+    parts.append(conditions.as_dict())
     for key, (settings, title) in chosen_tables(args.datasets, args.truth).items():
+        if key in report:
+            print(f"\n== {report[key]['title']}: kept from the interrupted run")
+            continue
         within, near, size = threshold(settings)
         budget = min(args.budget, size)  # a small table: the budget is the whole table
         marks = [k for k in (50, 100, 200) if k < budget] + [budget]
@@ -282,7 +312,8 @@ def main() -> None:
                        "ours": ours, "peer": peer, "ratios": ratios, "ratios_by_peer": by_peer,
                        "below_random": below_random,
                        "wall_s": {"ours": ours_s, **{n: s for n, (_, s) in measured.items()}}}
-        saved = {"default": args.default, "conditions": conditions.as_dict(), "argv": sys.argv[1:], "tables": report}
+        saved = {"default": args.default, "conditions": parts[0], "parts": parts, "argv": command(sys.argv[1:]),
+                 "tables": report}
         (args.out / "compare_algorithms.json").write_text(json.dumps(saved))  # after every dataset
     summarize(report, args.default)
     print(f"\nwrote {args.out / 'compare_algorithms.json'}")

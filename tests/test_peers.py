@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import shared
 from storetune.runners import make_runner
+from storetune.tuner.history.store import History
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,12 +177,6 @@ def test_a_rerun_of_the_benchmark_command_proposes_what_the_first_run_did(tmp_pa
     points in a set): bench/compare_algorithms.py fixes the hashing, so that each of two runs of the same
     command, in processes with different hash seeds, asks for the same configurations in the same order."""
     pytest.importorskip("smac")
-    import json
-    import os
-    import sqlite3
-
-    from conftest import shared
-
     shared("moot_configs/PostgreSQL.csv")  # skipped, as the other tests of ../shared, where it is absent
     proposals = []
     for run, hash_seed in enumerate(("1", "2")):  # unfixed, these two part at the 16th proposal
@@ -188,8 +186,45 @@ def test_a_rerun_of_the_benchmark_command_proposes_what_the_first_run_did(tmp_pa
              "--budget", "40", "--algorithms", "random", "--default", "random", "--peers", "smac3", "--datasets",
              "postgresql", "--workers", "1", "--out", str(out)],
             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
-        with sqlite3.connect(out / "bench.sqlite") as db:
-            proposals.append([json.loads(c) for (c,) in db.execute(
-                "SELECT t.config FROM trials t JOIN campaigns c ON c.id = t.campaign_id "
-                "WHERE c.algorithm = 'smac3' ORDER BY t.number")])
+        history = History(f"sqlite:///{out / 'bench.sqlite'}")
+        (campaign,) = [c for c in history.campaigns() if c.algorithm == "smac3"]
+        proposals.append([t.config for t in history.trials(campaign.id)])
+        history.close()
     assert len(proposals[0]) == 40 and proposals[0] == proposals[1]
+
+
+def test_an_interrupted_benchmark_resumes_where_it_stopped_and_refuses_another_command(tmp_path, sampled):
+    """--resume keeps the tables the interrupted run wrote, measures the rest, and gives the figures of an
+    uninterrupted run; a different command is refused rather than mixed into it."""
+    pytest.importorskip("optuna")
+    first, second = tmp_path / "t1.csv", tmp_path / "t2.csv"
+    first.write_text(sampled.read_text())
+    second.write_text(sampled.read_text())
+
+    def bench(out: Path, datasets: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "compare_algorithms.py"), "--seeds", "2", "--budget", "20",
+             "--algorithms", "random,sa", "--default", "sa", "--peers", "optuna-tpe", "--workers", "1",
+             "--datasets", datasets, "--out", str(out), *extra], capture_output=True, text=True)
+
+    whole = bench(tmp_path / "whole", f"{first},{second}")
+    assert whole.returncode == 0, whole.stderr
+    (tmp_path / "part").mkdir()  # the same run, as if it had been stopped after the first table
+    saved = json.loads((tmp_path / "whole" / "compare_algorithms.json").read_text())
+    del saved["tables"]["t2"]
+    saved["argv"][saved["argv"].index(str(tmp_path / "whole"))] = str(tmp_path / "part")
+    (tmp_path / "part" / "compare_algorithms.json").write_text(json.dumps(saved))
+    resumed = bench(tmp_path / "part", f"{first},{second}", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "t1: kept from the interrupted run" in resumed.stdout and "t2: kept" not in resumed.stdout
+    runs = [json.loads((tmp_path / d / "compare_algorithms.json").read_text()) for d in ("whole", "part")]
+    assert len(runs[1]["parts"]) == 2
+
+    def figures(run: dict) -> dict:
+        return {name: ({label: (a["evals_to_near_optimal"], a["success_at"])
+                        for results in (table["ours"], table["peer"]) for label, a in results["algorithms"].items()},
+                       table["ratios_by_peer"]) for name, table in run["tables"].items()}
+
+    assert list(runs[1]["tables"]) == ["t1", "t2"] and figures(runs[0]) == figures(runs[1])
+    other = bench(tmp_path / "part", str(first), "--resume")
+    assert other.returncode != 0 and "written by another command" in other.stderr
