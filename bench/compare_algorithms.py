@@ -31,6 +31,7 @@ each part's conditions.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -157,6 +158,13 @@ def threshold(settings: dict) -> tuple[float, int, int]:
     return within, len(near), runner.space.cardinality()
 
 
+def digest(settings: dict) -> str:
+    """The table's content (and its judge's), as the dataset runner fingerprints it: what a resumed run checks."""
+    settings, judge = split_judge(settings)
+    judged = [hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16] for p in judge or ()]
+    return "+".join([make_runner("dataset", settings).table.sha256, *judged])
+
+
 def chosen_tables(spec: str, truth: bool = False) -> dict[str, tuple[dict, str]]:
     """The tables named; with ``truth``, a generated table with a noiseless truth beside it (truth/NAME, written
     by bench/synthetic_tables.py --numeric) is judged on it."""
@@ -263,7 +271,11 @@ def main() -> None:
     report, parts = resumed(args) if args.resume else ({}, [])
     parts.append(conditions.as_dict())
     for key, (settings, title) in chosen_tables(args.datasets, args.truth).items():
+        sha256 = digest(settings)
         if key in report:
+            if report[key].get("sha256", sha256) != sha256:
+                sys.exit(f"--resume: table {key} changed since the interrupted run measured it; "
+                         "choose another --out to measure it afresh")
             print(f"\n== {report[key]['title']}: kept from the interrupted run")
             continue
         within, near, size = threshold(settings)
@@ -308,7 +320,7 @@ def main() -> None:
         if below_random:
             print(f"not above random search's exact success at {budget}: {', '.join(below_random)}")
         print("wall time: ours " + ", ".join([f"{ours_s:.0f} s"] + [f"{n} {s:.0f} s" for n, (_, s) in measured.items()]))
-        report[key] = {"title": title, "within": within, "near_optimal": near, "size": size, "budget": budget,
+        report[key] = {"title": title, "sha256": sha256, "within": within, "near_optimal": near, "size": size, "budget": budget,
                        "ours": ours, "peer": peer, "ratios": ratios, "ratios_by_peer": by_peer,
                        "below_random": below_random,
                        "wall_s": {"ours": ours_s, **{n: s for n, (_, s) in measured.items()}}}

@@ -195,7 +195,7 @@ def test_a_rerun_of_the_benchmark_command_proposes_what_the_first_run_did(tmp_pa
 
 def test_an_interrupted_benchmark_resumes_where_it_stopped_and_refuses_another_command(tmp_path, sampled):
     """--resume keeps the tables the interrupted run wrote, measures the rest, and gives the figures of an
-    uninterrupted run; a different command is refused rather than mixed into it."""
+    uninterrupted run; a different command, or a table changed since, is refused rather than mixed into it."""
     pytest.importorskip("optuna")
     first, second = tmp_path / "t1.csv", tmp_path / "t2.csv"
     first.write_text(sampled.read_text())
@@ -228,3 +228,6 @@ def test_an_interrupted_benchmark_resumes_where_it_stopped_and_refuses_another_c
     assert list(runs[1]["tables"]) == ["t1", "t2"] and figures(runs[0]) == figures(runs[1])
     other = bench(tmp_path / "part", str(first), "--resume")
     assert other.returncode != 0 and "written by another command" in other.stderr
+    first.write_text("".join(sampled.read_text().splitlines(keepends=True)[:-1]))  # one row fewer
+    changed = bench(tmp_path / "part", f"{first},{second}", "--resume")
+    assert changed.returncode != 0 and "table t1 changed since the interrupted run" in changed.stderr
