@@ -22,10 +22,12 @@ table's noisy repeats.
 With --stop-at-near-optimal each seed stops at its first near-optimal configuration: every evaluation
 count, success rate and ratio is the same (a later evaluation cannot change the first hit), at a
 fraction of the cost; the wall times and the ask+tell figures then describe the shortened runs.
-With --resume an interrupted run goes on where it stopped: the tables its compare_algorithms.json already holds
-are kept, provided it was written by the same command, and the others are measured. Every seed and (with the
-hash seed fixed) every proposal is the same as in an uninterrupted run, so the figures are too; the JSON lists
-each part's conditions.
+With --resume an interrupted run goes on where it stopped: each table's comparison recorded in --out's history
+with the same settings on the same content goes on from the seeds it finished (a finished one is only summarised
+again), so that only the seeds in flight are measured twice. Every seed is the same as in an uninterrupted run,
+and with the hash seed fixed so is every proposal: the evaluation counts and ratios are those of one run, the wall
+times are each part's own. It refuses where the code that measures, or a library it uses, changed since the run
+started (code.json in --out).
 """
 
 from __future__ import annotations
@@ -133,9 +135,16 @@ def run(history: History, settings: dict, variants: str, args: argparse.Namespac
                        seeds=args.seeds, budget=budget, within=within, metric=settings.get("metric"),
                        first_seed=args.first_seed, stop_at_near_optimal=args.stop_at_near_optimal,
                        judge=tuple(judge) if judge else None)
-    comparison = Comparison.create(history, spec)
+    prepared = Comparison.prepare(spec)
+    comparison = (args.resume and Comparison.find(history, spec, prepared=prepared)) or \
+        Comparison.create(history, spec, prepared=prepared)
+    before = len(history.comparison_campaigns(comparison.id))
     started = time.perf_counter()
     results = comparison.run(ProcessExecutor(args.workers))
+    results["seeds_measured_before"] = before  # by an interrupted part of the run: its wall time is not in this one's
+    if before:
+        print(f"(resumed: {before} of {len(spec.variants) * spec.seeds} seeds of comparison {comparison.id} "
+              "were measured before)")
     return results, time.perf_counter() - started
 
 
@@ -156,13 +165,6 @@ def threshold(settings: dict) -> tuple[float, int, int]:
     objective = Objective.resolve(runner.metrics(), settings.get("metric"), None)
     within, near = near_optimal_share(judged_means(runner, objective, judge), objective.direction)
     return within, len(near), runner.space.cardinality()
-
-
-def digest(settings: dict) -> str:
-    """The table's content (and its judge's), as the dataset runner fingerprints it: what a resumed run checks."""
-    settings, judge = split_judge(settings)
-    judged = [hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16] for p in judge or ()]
-    return "+".join([make_runner("dataset", settings).table.sha256, *judged])
 
 
 def chosen_tables(spec: str, truth: bool = False) -> dict[str, tuple[dict, str]]:
@@ -202,23 +204,52 @@ def fixed_hashing() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # the interpreter's flags kept
 
 
-def command(argv: list[str]) -> list[str]:
-    """A run's arguments, without --resume: what makes two invocations the same run."""
-    return [a for a in argv if a != "--resume"]
+MEASURING = ("tuner", "search_spaces", "runners", "bench/compare_algorithms.py", "bench/optuna_tpe.py",
+             "bench/smac_peer.py")
+LIBRARIES = ("numpy", "scipy", "scikit-learn", "scikit-optimize", "deap", "optuna", "smac", "ConfigSpace", "torch",
+             "stable-baselines3", "pandas")
 
 
-def resumed(args: argparse.Namespace) -> tuple[dict, list[dict]]:
-    """The tables and the conditions of each part of the interrupted run in --out, refused unless the same
-    command wrote them."""
-    path = args.out / "compare_algorithms.json"
-    if not path.exists():
-        print(f"--resume: nothing to resume in {args.out}; starting")
-        return {}, []
-    saved = json.loads(path.read_text())
-    if command(saved["argv"]) != command(sys.argv[1:]):
-        sys.exit(f"--resume: {path} was written by another command ({' '.join(saved['argv'])}); "
-                 "run it with the same arguments, or choose another --out")
-    return saved["tables"], saved.get("parts", [saved["conditions"]])
+def code_fingerprint() -> dict:
+    """The code that measures and the versions of the libraries it uses: a resumed run must have the same."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    files = sorted(f for name in MEASURING for f in ([ROOT / name] if (ROOT / name).is_file()
+                                                     else (ROOT / name).rglob("*")) if f.suffix in (".py", ".yaml"))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.relative_to(ROOT)}\0".encode() + f.read_bytes())
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return {"code": digest.hexdigest()[:16], "libraries": versions}
+
+
+def check_resumable(out: Path) -> None:
+    """Refuse to resume a run whose code or libraries differ from these; record them for a run that starts."""
+    path, now = out / "code.json", code_fingerprint()
+    if path.exists():
+        then = json.loads(path.read_text())
+        if then != now:
+            changed = ["the code that measures"] * (then["code"] != now["code"]) + [
+                f"{k} {then['libraries'].get(k)} -> {v}" for k, v in now["libraries"].items()
+                if then["libraries"].get(k) != v]
+            sys.exit(f"--resume: {', '.join(changed)} changed since the run in {out} started ({path}); "
+                     "resume it with that code, or choose another --out")
+    elif (out / "bench.sqlite").exists():
+        sys.exit(f"--resume: {out} holds a run that did not record its code (no code.json): choose another --out")
+    else:
+        path.write_text(json.dumps(now, indent=1))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """A kill during the write leaves the previous file, not half of the new one."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def main() -> None:
@@ -243,8 +274,8 @@ def main() -> None:
                         help="judge a generated table on its noiseless truth where one is beside it (truth/NAME): the "
                              "searches see its noisy repeats, near-optimal is what the generator made good")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the tables an interrupted run of the same command already wrote to --out and "
-                             "measure the rest")
+                        help="go on with the comparisons an interrupted run recorded in --out's history, from the "
+                             "seeds they finished (refused if the code that measures changed)")
     parser.add_argument("--stop-at-near-optimal", action="store_true",
                         help="stop each seed at its first near-optimal configuration: the same evaluation counts "
                              "and ratios, in a fraction of the time; no ask+tell figure at the budget")
@@ -263,21 +294,20 @@ def main() -> None:
     for name in peers:
         register(name, PEERS[name])
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.resume:
+        check_resumable(args.out)
+    else:
+        (args.out / "code.json").write_text(json.dumps(code_fingerprint(), indent=1))
     history = History(f"sqlite:///{args.out / 'bench.sqlite'}")
     ours_labels = [v.label for v in Variant.parse_list(args.algorithms)]
     args.default = Variant.parse_list(args.default)[0].label  # auto:patience=10 is labelled auto[patience=10]
     if args.default not in ours_labels:
         sys.exit(f"--default {args.default} is not among --algorithms {args.algorithms}")
-    report, parts = resumed(args) if args.resume else ({}, [])
+    saved_json = args.out / "compare_algorithms.json"
+    parts = json.loads(saved_json.read_text()).get("parts", []) if args.resume and saved_json.exists() else []
     parts.append(conditions.as_dict())
+    report = {}
     for key, (settings, title) in chosen_tables(args.datasets, args.truth).items():
-        sha256 = digest(settings)
-        if key in report:
-            if report[key].get("sha256", sha256) != sha256:
-                sys.exit(f"--resume: table {key} changed since the interrupted run measured it; "
-                         "choose another --out to measure it afresh")
-            print(f"\n== {report[key]['title']}: kept from the interrupted run")
-            continue
         within, near, size = threshold(settings)
         budget = min(args.budget, size)  # a small table: the budget is the whole table
         marks = [k for k in (50, 100, 200) if k < budget] + [budget]
@@ -320,13 +350,13 @@ def main() -> None:
         if below_random:
             print(f"not above random search's exact success at {budget}: {', '.join(below_random)}")
         print("wall time: ours " + ", ".join([f"{ours_s:.0f} s"] + [f"{n} {s:.0f} s" for n, (_, s) in measured.items()]))
-        report[key] = {"title": title, "sha256": sha256, "within": within, "near_optimal": near, "size": size, "budget": budget,
+        report[key] = {"title": title, "part": len(parts), "within": within, "near_optimal": near, "size": size, "budget": budget,
                        "ours": ours, "peer": peer, "ratios": ratios, "ratios_by_peer": by_peer,
                        "below_random": below_random,
                        "wall_s": {"ours": ours_s, **{n: s for n, (_, s) in measured.items()}}}
-        saved = {"default": args.default, "conditions": parts[0], "parts": parts, "argv": command(sys.argv[1:]),
+        saved = {"default": args.default, "conditions": parts[0], "parts": parts, "argv": sys.argv[1:],
                  "tables": report}
-        (args.out / "compare_algorithms.json").write_text(json.dumps(saved))  # after every dataset
+        write_atomically(saved_json, json.dumps(saved))  # after every dataset
     summarize(report, args.default)
     print(f"\nwrote {args.out / 'compare_algorithms.json'}")
     if args.plot:

@@ -61,6 +61,25 @@ def test_worker_processes_give_the_same_figures(sqlite_url, bowl):
         assert local["algorithms"][label]["evals_to_near_optimal"] == remote["algorithms"][label]["evals_to_near_optimal"]
 
 
+def test_a_recorded_comparison_is_found_by_its_spec_and_table_and_goes_on_from_its_seeds(sqlite_url, bowl):
+    """``Comparison.find``: the same spec on the same content finds the recorded comparison, whose run measures
+    only the seeds it lacks; another spec, or the table changed, finds none."""
+    history = History(sqlite_url)
+    assert Comparison.find(history, spec(bowl, "sa", seeds=3, budget=20)) is None
+    whole = Comparison.create(history, spec(bowl, "sa", seeds=3, budget=20)).run(LocalExecutor())
+    found = Comparison.find(history, spec(bowl, "sa", seeds=3, budget=20))
+    assert found is not None and found.id == whole["comparison"]
+    last = history.comparison_campaigns(found.id)[-1]
+    assert history.delete_campaign(last.id, ["finished"])  # as if the run had stopped during its last seed
+    again = found.run(LocalExecutor())
+    assert [c.seed for c in history.comparison_campaigns(found.id)] == [0, 1, 2]
+    assert again["algorithms"]["sa"]["evals_to_near_optimal"] == whole["algorithms"]["sa"]["evals_to_near_optimal"]
+    assert Comparison.find(history, spec(bowl, "sa", seeds=4, budget=20)) is None
+    assert Comparison.find(history, spec(bowl, "sa", seeds=3, budget=20, first_seed=1)) is None
+    bowl.write_text(bowl.read_text().replace(",1\n", ",1.5\n", 1))  # one measurement changed
+    assert Comparison.find(history, spec(bowl, "sa", seeds=3, budget=20)) is None
+
+
 def test_simulated_random_follows_its_exact_curve(sqlite_url, bowl):
     results = Comparison.create(History(sqlite_url), spec(bowl, "random", seeds=300, budget=64)).run(LocalExecutor())
     simulated = np.array(results["algorithms"]["random"]["success_at"])

@@ -193,41 +193,49 @@ def test_a_rerun_of_the_benchmark_command_proposes_what_the_first_run_did(tmp_pa
     assert len(proposals[0]) == 40 and proposals[0] == proposals[1]
 
 
-def test_an_interrupted_benchmark_resumes_where_it_stopped_and_refuses_another_command(tmp_path, sampled):
-    """--resume keeps the tables the interrupted run wrote, measures the rest, and gives the figures of an
-    uninterrupted run; a different command, or a table changed since, is refused rather than mixed into it."""
+@pytest.mark.slow
+def test_an_interrupted_benchmark_resumes_from_the_seeds_it_recorded_and_refuses_changed_code(tmp_path, sampled):
+    """--resume goes on with the comparisons the interrupted run recorded, measuring only the seeds it had not
+    finished, and gives the figures of an uninterrupted run; changed code is refused rather than mixed in."""
     pytest.importorskip("optuna")
+    tables = module("synthetic_tables")
     first, second = tmp_path / "t1.csv", tmp_path / "t2.csv"
     first.write_text(sampled.read_text())
-    second.write_text(sampled.read_text())
+    specs, values, runs, _ = tables.numeric_table(8, knobs=5, rows=400, response="bottleneck")
+    tables.write_numeric(second, specs, values, runs)
 
-    def bench(out: Path, datasets: str, *extra: str) -> subprocess.CompletedProcess:
+    def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, str(ROOT / "bench" / "compare_algorithms.py"), "--seeds", "2", "--budget", "20",
+            [sys.executable, str(ROOT / "bench" / "compare_algorithms.py"), "--seeds", "3", "--budget", "20",
              "--algorithms", "random,sa", "--default", "sa", "--peers", "optuna-tpe", "--workers", "1",
-             "--datasets", datasets, "--out", str(out), *extra], capture_output=True, text=True)
+             "--datasets", f"{first},{second}", "--out", str(out), *extra], capture_output=True, text=True)
 
-    whole = bench(tmp_path / "whole", f"{first},{second}")
-    assert whole.returncode == 0, whole.stderr
-    (tmp_path / "part").mkdir()  # the same run, as if it had been stopped after the first table
-    saved = json.loads((tmp_path / "whole" / "compare_algorithms.json").read_text())
-    del saved["tables"]["t2"]
-    saved["argv"][saved["argv"].index(str(tmp_path / "whole"))] = str(tmp_path / "part")
-    (tmp_path / "part" / "compare_algorithms.json").write_text(json.dumps(saved))
-    resumed = bench(tmp_path / "part", f"{first},{second}", "--resume")
+    for out in ("whole", "part"):
+        done = bench(tmp_path / out)
+        assert done.returncode == 0, done.stderr
+    # the second run interrupted in its second table: two of the nine seeds there never finished
+    history = History(f"sqlite:///{tmp_path / 'part' / 'bench.sqlite'}")
+    comparisons = history.comparisons()
+    assert len(comparisons) == 4  # ours and the peer's, per table
+    for c in comparisons[2:]:
+        history.transition_comparison(c.id, ["finished"], state="running")
+    lost = [c.id for c in history.comparison_campaigns(comparisons[2].id)][-2:]
+    assert all(history.delete_campaign(i, ["finished"]) for i in lost)
+    resumed = bench(tmp_path / "part", "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert "t1: kept from the interrupted run" in resumed.stdout and "t2: kept" not in resumed.stdout
-    runs = [json.loads((tmp_path / d / "compare_algorithms.json").read_text()) for d in ("whole", "part")]
-    assert len(runs[1]["parts"]) == 2
+    assert f"(resumed: 4 of 6 seeds of comparison {comparisons[2].id}" in resumed.stdout
+    assert f"(resumed: 3 of 3 seeds of comparison {comparisons[3].id}" in resumed.stdout
+    assert len(history.comparisons()) == 4 and len(history.comparison_campaigns(comparisons[2].id)) == 6
+    history.close()
 
-    def figures(run: dict) -> dict:
+    def figures(out: str) -> dict:
+        run = json.loads((tmp_path / out / "compare_algorithms.json").read_text())
         return {name: ({label: (a["evals_to_near_optimal"], a["success_at"])
                         for results in (table["ours"], table["peer"]) for label, a in results["algorithms"].items()},
                        table["ratios_by_peer"]) for name, table in run["tables"].items()}
 
-    assert list(runs[1]["tables"]) == ["t1", "t2"] and figures(runs[0]) == figures(runs[1])
-    other = bench(tmp_path / "part", str(first), "--resume")
-    assert other.returncode != 0 and "written by another command" in other.stderr
-    first.write_text("".join(sampled.read_text().splitlines(keepends=True)[:-1]))  # one row fewer
-    changed = bench(tmp_path / "part", f"{first},{second}", "--resume")
-    assert changed.returncode != 0 and "table t1 changed since the interrupted run" in changed.stderr
+    assert list(figures("part")) == ["t1", "t2"] and figures("whole") == figures("part")
+    code = json.loads((tmp_path / "part" / "code.json").read_text())
+    (tmp_path / "part" / "code.json").write_text(json.dumps({**code, "code": "0" * 16}))
+    changed = bench(tmp_path / "part", "--resume")
+    assert changed.returncode != 0 and "the code that measures changed since the run" in changed.stderr

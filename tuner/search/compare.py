@@ -7,6 +7,8 @@ only writer, records each campaign as it completes, tagged with the comparison.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -112,6 +114,12 @@ class Prepared:
     runner: Runner
     objective: Objective
     means: dict[Config, float]
+
+    def digest(self) -> str:
+        """The table's content and the means near-optimality is judged on: what a recorded comparison must share
+        with this one to be the same measurement (``Comparison.find``)."""
+        judged = hashlib.sha256(repr(sorted((repr(sorted(c.items())), m) for c, m in self.means.items())).encode())
+        return f"{self.runner.table.sha256}+{judged.hexdigest()[:16]}"
 
 
 def resolved(judge: Sequence[str] | None) -> list[str] | None:
@@ -227,17 +235,37 @@ class Comparison:
         """Validate everything (unless ``prepared`` is what ``prepare`` gave), then record the comparison
         (``executor_kind``: where its seeds are to run)."""
         prepared = prepared or cls.prepare(spec)
-        runner, objective = prepared.runner, prepared.objective
-        settings = {
+        record = history.create_comparison(workload_name=prepared.runner.workload.name,
+                                           runner_settings=prepared.runner.settings(),
+                                           settings=cls._settings(spec, prepared, executor_kind), origin=origin,
+                                           state=state)
+        return cls(history, spec, record.id, prepared, origin)
+
+    @staticmethod
+    def _settings(spec: CompareSpec, prepared: Prepared, executor_kind: str) -> dict[str, Any]:
+        """What a comparison records of its spec: all ``load`` needs to run it again."""
+        return {
             "executor": executor_kind,
             "variants": [v.label for v in spec.variants], "seeds": spec.seeds, "first_seed": spec.first_seed,
             "variant_params": [[v.algorithm, [list(p) for p in v.params]] for v in spec.variants],
-            "budget": spec.budget, "within": spec.within, "repeats": spec.repeats, "objective": objective.to_dict(),
-            "stop_at_near_optimal": spec.stop_at_near_optimal, "judge": resolved(spec.judge),
+            "budget": spec.budget, "within": spec.within, "repeats": spec.repeats,
+            "objective": prepared.objective.to_dict(), "stop_at_near_optimal": spec.stop_at_near_optimal,
+            "judge": resolved(spec.judge), "inputs": prepared.digest(),
         }
-        record = history.create_comparison(workload_name=runner.workload.name, runner_settings=runner.settings(),
-                                           settings=settings, origin=origin, state=state)
-        return cls(history, spec, record.id, prepared, origin)
+
+    @classmethod
+    def find(cls, history: History, spec: CompareSpec, *, origin: str = "cli",
+             prepared: Prepared | None = None) -> Comparison | None:
+        """The latest comparison of ``origin`` recorded with this very spec on this very table (its content and the
+        means it is judged on, ``Prepared.digest``), finished or not, or None: ``run`` on it goes on from the seeds
+        it recorded, so that an interrupted run of the same comparison loses only the seeds in flight."""
+        prepared = prepared or cls.prepare(spec)
+        wanted = json.loads(json.dumps([prepared.runner.settings(), cls._settings(spec, prepared, "local")]))
+        for record in reversed(history.comparisons(origin=origin)):
+            settings = {**record.settings, "executor": "local"}
+            if [record.runner_settings, settings] == wanted:
+                return cls(history, spec, record.id, prepared, record.origin)
+        return None
 
     @classmethod
     def load(cls, history: History, comparison_id: int) -> Comparison:
