@@ -143,6 +143,27 @@ def test_compare_command(sqlite_url, bowl, tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --within must be in (0, 1]")
 
 
+def test_compare_resume_measures_only_the_seeds_the_history_lacks(sqlite_url, bowl, tmp_path):
+    """`storetune compare --resume` goes on with the interrupted comparison of the same settings: the same
+    figures as the whole run, no second comparison, and the seeds it had are not measured again."""
+    args = ("compare", "--dataset", str(bowl), "--algorithms", "sa", "--seeds", "3", "--budget", "20",
+            "--out", str(tmp_path / "out"), "--json")
+    whole = json.loads(run_cli(*args, db=sqlite_url, check=True).stdout.strip().splitlines()[-1])
+    history = History(sqlite_url)
+    kept = history.comparison_campaigns(whole["comparison"])[:2]
+    last = history.comparison_campaigns(whole["comparison"])[-1]
+    assert history.delete_campaign(last.id, ["finished"])  # as if Ctrl-C had come during the last seed
+    history.transition_comparison(whole["comparison"], ["finished"], state="interrupted")
+    proc = run_cli(*args, "--resume", db=sqlite_url, check=True)
+    again = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert f"resuming comparison {whole['comparison']}: 2 of 3 seeds are in the history" in proc.stderr
+    assert again["comparison"] == whole["comparison"] and len(history.comparisons()) == 1
+    assert [c.id for c in history.comparison_campaigns(whole["comparison"])][:2] == [c.id for c in kept]
+    assert again["algorithms"]["sa"]["evals_to_near_optimal"] == whole["algorithms"]["sa"]["evals_to_near_optimal"]
+    other = run_cli(*args[:-5], "--budget", "21", "--resume", db=sqlite_url, check=True)
+    assert "holds no comparison of these settings" in other.stderr and len(history.comparisons()) == 2
+
+
 def test_two_tables_compared_as_one_are_warned_about_once(sqlite_url, bowl, tmp_path):
     """The rows of two files of the same configurations are averaged into one table: the driver says so
     in one line, and its worker processes, which read the table again, do not repeat it."""

@@ -177,7 +177,7 @@ def test_ctrl_c_during_compare_says_what_is_kept(tmp_path: Path, bdbc):
     stopped = json.loads(stdout.strip().splitlines()[-1])  # --json: its last line, though it stopped
     assert stopped["comparison"] == 1 and stopped["state"] == "interrupted"
     assert stderr.strip().splitlines()[-1] == ("interrupted: comparison 1 stopped; the seeds it finished are in the "
-                                               "history, but a comparison does not resume: run it again")
+                                               "history: run the same command with --resume to go on from them")
     with sqlite3.connect(path) as c:
         assert c.execute("SELECT state FROM comparisons").fetchall() == [("interrupted",)]
 

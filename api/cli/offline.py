@@ -42,6 +42,9 @@ def compare(
                                               "per core, or the Ray cluster's CPUs).")] = 0,
     executor_kind: ExecutorOpt = None,
     max_retries: MaxRetriesOpt = 2,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Go on with the comparison of these very settings and table that the history holds "
+        "(an interrupted one), measuring only the seeds it did not finish.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Folder for summary.json and CSV files.")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -61,14 +64,22 @@ def compare(
     executor = executor_for(executor_kind, workers or None, max_retries)
     executor.start()  # join the cluster before the comparison is recorded: a refusal leaves nothing behind
     history = open_history(db, migrate=True)
-    comparison = Comparison.create(history, spec, prepared=prepared)
+    comparison = resume and Comparison.find(history, spec, prepared=prepared)
+    if resume and not comparison:
+        err.print("--resume: the history holds no comparison of these settings on this table; starting one",
+                  highlight=False, soft_wrap=True)
+    comparison = comparison or Comparison.create(history, spec, prepared=prepared)
+    recorded = len(history.comparison_campaigns(comparison.id))
+    if recorded:
+        err.print(f"resuming comparison {comparison.id}: {recorded} of {seeds * len(spec.variants)} seeds are "
+                  "in the history", highlight=False, soft_wrap=True)
     title = f"comparison {comparison.id} on {comparison.runner.label()}"
     try:
-        with ComparisonProgress(err, title, seeds * len(spec.variants)) as progress:
+        with ComparisonProgress(err, title, seeds * len(spec.variants), recorded) as progress:
             results = comparison.run(executor, on_seed=progress.update)
     except KeyboardInterrupt:  # recorded as interrupted by the run; it used to end without a word
-        err.print(f"interrupted: comparison {comparison.id} stopped; the seeds it finished are in the history, "
-                  "but a comparison does not resume: run it again", highlight=False, soft_wrap=True)
+        err.print(f"interrupted: comparison {comparison.id} stopped; the seeds it finished are in the history: "
+                  "run the same command with --resume to go on from them", highlight=False, soft_wrap=True)
         if as_json:  # a script still gets its last line: which comparison, and that it stopped
             print(json.dumps({"comparison": comparison.id, "state": "interrupted", "executor": executor.describe()}))
         sys.exit(interrupted_status())

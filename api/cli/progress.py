@@ -52,14 +52,14 @@ def _best(value: float | None) -> str:
 
 
 class ComparisonProgress:
-    """Seeded campaigns done out of all, for `storetune compare`."""
+    """Seeded campaigns done out of all, for `storetune compare` (``done``: recorded before a resume)."""
 
-    def __init__(self, console: Console, title: str, total: int):
+    def __init__(self, console: Console, title: str, total: int, done: int = 0):
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
             TimeElapsedColumn(), console=console,
         )
-        self._task = self._progress.add_task(title, total=total, last="")
+        self._task = self._progress.add_task(title, total=total, completed=done, last="")
 
     def __enter__(self) -> ComparisonProgress:
         self._progress.start()
