@@ -270,6 +270,8 @@ def main() -> None:
                         help="draw each table's success curves (ours, the peers, random search's exact curve) to this SVG")
     parser.add_argument("--from", dest="saved", type=Path, metavar="JSON",
                         help="print and draw a saved run's compare_algorithms.json again, measuring nothing")
+    parser.add_argument("--markdown", action="store_true",
+                        help="also print the run as a Markdown table for the results pages (with --from, or at the end)")
     parser.add_argument("--truth", action="store_true",
                         help="judge a generated table on its noiseless truth where one is beside it (truth/NAME): the "
                              "searches see its noisy repeats, near-optimal is what the generator made good")
@@ -283,6 +285,8 @@ def main() -> None:
     if args.saved:
         saved = json.loads(args.saved.read_text())
         summarize(saved["tables"], saved["default"])
+        if args.markdown:
+            print("\n" + markdown(saved["tables"], saved["default"]))
         if args.plot:
             plot(saved["tables"], saved["default"], args.plot, Conditions.of(saved["conditions"]))
         return
@@ -358,6 +362,8 @@ def main() -> None:
                  "tables": report}
         write_atomically(saved_json, json.dumps(saved))  # after every dataset
     summarize(report, args.default)
+    if args.markdown:
+        print("\n" + markdown(report, args.default))
     print(f"\nwrote {args.out / 'compare_algorithms.json'}")
     if args.plot:
         plot(report, args.default, args.plot, conditions)
@@ -366,36 +372,105 @@ def main() -> None:
 TARGETS = {"optuna-tpe": 0.8, "smac3": 1.0}  # the default's median over the peer's, at most, where search matters
 
 
-def summarize(report: dict, default: str) -> None:
-    """One line per table with the default's ratio to each peer, then per peer the geometric mean and the tables
-    that miss its target: a median ratio above TARGETS (or a censored table's success ratio of 1 or more)."""
+def peer_figures(report: dict, default: str) -> dict[str, dict]:
+    """Per peer: the default's ratio on each table, their geometric mean, the tables whose interval is below 1,
+    and the tables where search matters that miss its target (TARGETS; a censored table's success ratio of 1
+    or more)."""
     first = next(iter(report.values()))
     peers = list(first.get("ratios_by_peer") or {PEER: None})  # a run saved before SMAC3 has TPE's alone
     by_peer = {k: r.get("ratios_by_peer") or {PEER: r["ratios"]} for k, r in report.items()}
-    print(f"\n== {default} against {', '.join(peers)}, every table (below 1: fewer evaluations than the peer)")
-    searched = {k for k, r in report.items() if r["budget"] < r["size"]}  # else success is 1 for all
-    print(f"{'table':<40}" + "".join(f"{name:>26}" for name in peers))
-    for key, r in report.items():
-        cells = []
-        for name in peers:
-            d = by_peer[key][name]["default"]
-            cells.append(f"{d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]{'s' if d['measure'].startswith('success') else ''}")
-        note = "" if key in searched else "   (budget = whole table)"
-        print(f"{r['title'][:39]:<40}" + "".join(f"{c:>26}" for c in cells) + note)
-    print("(s: a censored table's ratio of success rates at the budget, the peer's over ours)")
+    searched = [k for k, r in report.items() if r["budget"] < r["size"]]  # else success is 1 for all
+    out = {}
     for name in peers:
         ratios = {k: by_peer[k][name]["default"] for k in report}
         finite = [d["ratio"] for d in ratios.values() if 0 < d["ratio"] < float("inf")]
-        if not finite:
-            continue
         target = TARGETS.get(name, 1.0)
-        missed = [report[k]["title"] for k, d in ratios.items() if k in searched
-                  and (d["ratio"] >= 1 if d["measure"].startswith("success") else d["ratio"] > target)]
-        confident = sum(d["high"] < 1 for d in ratios.values())
-        print(f"{default} / {name}: geometric mean over {len(finite)} tables {float(np.exp(np.mean(np.log(finite)))):.2f}; "
-              f"upper end of the interval below 1 on {confident} of {len(report)}; at most {target} on "
-              f"{len(searched) - len(missed)} of the {len(searched)} where search matters"
-              + (f" (not: {'; '.join(missed)})" if missed else ""))
+        missed = [k for k in searched if (ratios[k]["ratio"] >= 1 if ratios[k]["measure"].startswith("success")
+                                          else ratios[k]["ratio"] > target)]
+        out[name] = {"ratios": ratios, "geometric_mean": float(np.exp(np.mean(np.log(finite)))) if finite else None,
+                     "tables": len(finite), "confident": [k for k, d in ratios.items() if d["high"] < 1],
+                     "target": target, "searched": searched, "missed": missed}
+    return out
+
+
+def not_above_random(report: dict, default: str) -> dict[str, list[str]]:
+    """Per search of ours (SA, GA, BO and the default, those the run measured): the tables where search matters
+    on which its success at the budget is not above random search's exact curve."""
+    out: dict[str, list[str]] = {}
+    for label in dict.fromkeys((*SEARCHERS, default)):
+        for key, r in report.items():
+            a = r["ours"]["algorithms"].get(label)
+            if a is not None and r["budget"] < r["size"]:
+                out.setdefault(label, [])
+                if a["success_at_budget"] <= r["ours"]["random_expected_success_at"][r["budget"] - 1]:
+                    out[label].append(key)
+    return out
+
+
+def cell(d: dict) -> str:
+    """A ratio with its interval; ``s`` where it is a censored table's ratio of success rates."""
+    return f"{d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]{'s' if d['measure'].startswith('success') else ''}"
+
+
+def summarize(report: dict, default: str) -> None:
+    """One line per table with the default's ratio to each peer, then per peer the geometric mean and the tables
+    that miss its target, then the searches of ours that are not above random search somewhere."""
+    figures = peer_figures(report, default)
+    print(f"\n== {default} against {', '.join(figures)}, every table (below 1: fewer evaluations than the peer)")
+    print(f"{'table':<40}" + "".join(f"{name:>26}" for name in figures))
+    for key, r in report.items():
+        note = "" if r["budget"] < r["size"] else "   (budget = whole table)"
+        print(f"{r['title'][:39]:<40}" + "".join(f"{cell(f['ratios'][key]):>26}" for f in figures.values()) + note)
+    print("(s: a censored table's ratio of success rates at the budget, the peer's over ours)")
+    for name, f in figures.items():
+        if f["geometric_mean"] is None:
+            continue
+        print(f"{default} / {name}: geometric mean over {f['tables']} tables {f['geometric_mean']:.2f}; "
+              f"upper end of the interval below 1 on {len(f['confident'])} of {len(report)}; at most {f['target']} on "
+              f"{len(f['searched']) - len(f['missed'])} of the {len(f['searched'])} where search matters"
+              + (f" (not: {'; '.join(report[k]['title'] for k in f['missed'])})" if f["missed"] else ""))
+    for label, keys in not_above_random(report, default).items():
+        searched = sum(r["budget"] < r["size"] for r in report.values())
+        print(f"{label}: above random search's exact success at the budget on {searched - len(keys)} of {searched}"
+              + (f" (not: {'; '.join(report[k]['title'] for k in keys)})" if keys else ""))
+
+
+def markdown(report: dict, default: str) -> str:
+    """The run as a Markdown table for the results pages, each figure as the run computed it: per table the
+    success at the budget of each search, random search's exact success, the medians of the default and the
+    peers, and the default's ratio to each peer with its interval; then the summary lines."""
+    figures = peer_figures(report, default)
+    ours = [s for s in dict.fromkeys((*SEARCHERS, default)) if any(s in r["ours"]["algorithms"] for r in report.values())]
+    head = (["table (near-optimal of all)", "random, exact"] + [f"`{s}`" if s == default else s.upper() for s in ours]
+            + list(figures) + [f"median: `{default}`"] + [f"median: {p}" for p in figures]
+            + [f"`{default}` / {p}" for p in figures])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def median(a: dict, budget: int) -> str:
+        m = a["median_evals_to_near_optimal"]
+        return f"more than {budget}" if m > budget else f"{m:g}"
+
+    for key, r in report.items():
+        algorithms = {**r["ours"]["algorithms"], **r["peer"]["algorithms"]}
+        budget = r["budget"]
+        row = [f"{r['title']} ({r['near_optimal']:,} of {r['size']:,})",
+               f"{r['ours']['random_expected_success_at'][budget - 1]:.2f}"]
+        row += [f"{algorithms[s]['success_at_budget']:.2f}" if s in algorithms else "" for s in [*ours, *figures]]
+        row += [median(algorithms[default], budget)] + [median(algorithms[p], budget) for p in figures]
+        row += [cell(f["ratios"][key]) for f in figures.values()]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    for name, f in figures.items():
+        if f["geometric_mean"] is not None:
+            lines.append(f"- `{default}` / {name}: geometric mean **{f['geometric_mean']:.2f}** over {f['tables']} tables; "
+                         f"the interval's upper end below 1 on {len(f['confident'])}; at most {f['target']} on "
+                         f"{len(f['searched']) - len(f['missed'])} of the {len(f['searched'])} where search matters"
+                         + (f" (not: {', '.join(report[k]['title'] for k in f['missed'])})" if f["missed"] else ""))
+    for label, keys in not_above_random(report, default).items():
+        searched = sum(r["budget"] < r["size"] for r in report.values())
+        lines.append(f"- {label}: above random search's exact success at the budget on {searched - len(keys)} of "
+                     f"{searched}" + (f" (not: {', '.join(report[k]['title'] for k in keys)})" if keys else ""))
+    return "\n".join(lines)
 
 
 def first_peer(table: dict) -> str:
