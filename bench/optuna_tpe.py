@@ -3,7 +3,8 @@
 Installed only for the benchmarks (`pip install -e '.[bench]'`). Set up as an Optuna user would: a numeric
 ordinal of more than ``NUMBERS_ABOVE`` values (a buffer size, a threshold) is a number to TPE, as
 ``suggest_int`` / ``suggest_float`` would give it, on a log scale where its values are positive and span
-two decades or more; categories and short ordinals stay categorical. Fair to TPE in two ways:
+two decades or more; categories and short ordinals stay categorical (``numbers_above``: 0 makes every numeric
+ordinal a number, to measure what the encoding changes). Fair to TPE in two ways:
 - a number TPE proposes for an ordinal goes to the ordinal's nearest value (on its scale); a proposal
   absent from a table, or refused by the space, is replaced by the nearest valid configuration, and on a
   table by the nearest one not measured yet; TPE learns the result under the configuration measured;
@@ -13,13 +14,15 @@ two decades or more; categories and short ordinals stay categorical. Fair to TPE
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 import numpy as np
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from storetune.search_spaces import Config, Kind
 from storetune.search_spaces.table import TableSpace
@@ -49,13 +52,19 @@ def distribution(p: Any, numbers_above: int = NUMBERS_ABOVE) -> Any:
     return FloatDistribution(p.low, p.high, log=p.log)
 
 
+@dataclass(frozen=True)
+class Params:
+    numbers_above: Annotated[int, Field(ge=0)] = NUMBERS_ABOVE  # 0: every numeric ordinal is a number
+
+
 class OptunaTPE(Tuner):
     name = "optuna-tpe"
+    Params = Params  # type: ignore[assignment]
 
     def __init__(self, space: Any, **kwargs: Any):
         super().__init__(space, **kwargs)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self._distributions = {p.name: distribution(p) for p in space.parameters}
+        self._distributions = {p.name: distribution(p, self.params.numbers_above) for p in space.parameters}
         self._asked_trials: dict[Config, Any] = {}
         self._study = self._make_study()
 

@@ -70,6 +70,23 @@ def test_a_peer_on_a_sampled_table_measures_only_listed_configurations_once_each
     assert second < first
 
 
+@pytest.mark.parametrize("peer", ["optuna_tpe:OptunaTPE", "smac_peer:SMAC3"])
+def test_a_peer_declares_short_numeric_ordinals_as_numbers_when_asked(peer, tmp_path):
+    """``numbers_above`` (default 10) is where a numeric ordinal becomes a number to the peer: 2 leaves the
+    on/off options categorical and makes a 3-value one an int, which is what the encoding comparison varies."""
+    name, cls = peer.split(":")
+    Peer = peer_class(name, cls)
+    table = tmp_path / "t.csv"
+    table.write_text("a,b,c,PERF-\n" + "".join(f"{a},{b},{c},{1 + a + b / 64 + (c == 'y')}\n"
+                                                for a in (0, 1) for b in (1, 10, 100) for c in "xy"))
+    space = make_runner("dataset", {"dataset": [str(table)]}).space
+    kinds = {n: {k: type(d).__name__ for k, d in Peer(space, seed=0, params={"numbers_above": n})._distributions.items()}
+             for n in (10, 2)}
+    assert kinds[10] == {"a": "CategoricalDistribution", "b": "CategoricalDistribution", "c": "CategoricalDistribution"}
+    assert kinds[2] == {"a": "CategoricalDistribution", "b": "IntDistribution", "c": "CategoricalDistribution"}
+    assert Peer(space, seed=0, params={"numbers_above": 2})._distributions["b"].log  # two decades: a log scale
+
+
 def test_the_smac_peer_leaves_nothing_in_its_output_folder(sampled):
     """SMAC writes its scenario once, when it is built: the folder is gone at once and stays gone while it asks
     and is told (a benchmark's worker processes end without running finalizers)."""
