@@ -151,7 +151,8 @@ def run(history: History, settings: dict, variants: str, args: argparse.Namespac
 def run_peer(history: History, settings: dict, name: str, args: argparse.Namespace, budget: int,
              within: float) -> tuple[dict, float]:
     """One peer's results, labelled by its name (a budgeted peer's variant carries the budget)."""
-    variant = f"{name}:{BUDGETED[name]}={budget}" if name in BUDGETED else name
+    base = name.split(":")[0]  # a peer with hyperparameters: optuna-tpe:numbers_above=10
+    variant = f"{name}:{BUDGETED[base]}={budget}" if base in BUDGETED else name
     results, seconds = run(history, settings, variant, args, budget, within)
     results["algorithms"] = {name: next(iter(results["algorithms"].values()))}
     return results, seconds
@@ -258,7 +259,8 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0,
                         help="seeds first-seed .. first-seed+seeds-1: fresh ones report on what chose nothing")
     parser.add_argument("--peers", default=",".join(PEERS),
-                        help=f"the peers measured in the same run, the first being the figure's ({', '.join(PEERS)})")
+                        help=f"the peers measured in the same run, the first being the figure's ({', '.join(PEERS)}; "
+                             "with hyperparameters as optuna-tpe:numbers_above=10)")
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--datasets", default=",".join(DATASETS) + ",own")
@@ -293,9 +295,9 @@ def main() -> None:
     fixed_hashing()
     conditions = Conditions()  # before the run loads the machine
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    if not peers or any(p not in PEERS for p in peers):
+    if not peers or any(p.split(":")[0] not in PEERS for p in peers):
         sys.exit(f"--peers {args.peers}: choose among {', '.join(PEERS)}")
-    for name in peers:
+    for name in {p.split(":")[0] for p in peers}:
         register(name, PEERS[name])
     args.out.mkdir(parents=True, exist_ok=True)
     if args.resume:
@@ -384,7 +386,7 @@ def peer_figures(report: dict, default: str) -> dict[str, dict]:
     for name in peers:
         ratios = {k: by_peer[k][name]["default"] for k in report}
         finite = [d["ratio"] for d in ratios.values() if 0 < d["ratio"] < float("inf")]
-        target = TARGETS.get(name, 1.0)
+        target = TARGETS.get(name.split(":")[0], 1.0)
         missed = [k for k in searched if (ratios[k]["ratio"] >= 1 if ratios[k]["measure"].startswith("success")
                                           else ratios[k]["ratio"] > target)]
         out[name] = {"ratios": ratios, "geometric_mean": float(np.exp(np.mean(np.log(finite)))) if finite else None,
@@ -417,10 +419,12 @@ def summarize(report: dict, default: str) -> None:
     that miss its target, then the searches of ours that are not above random search somewhere."""
     figures = peer_figures(report, default)
     print(f"\n== {default} against {', '.join(figures)}, every table (below 1: fewer evaluations than the peer)")
-    print(f"{'table':<40}" + "".join(f"{name:>26}" for name in figures))
+    widths = {name: max(26, len(name) + 2) for name in figures}
+    print(f"{'table':<40}" + "".join(f"{name:>{widths[name]}}" for name in figures))
     for key, r in report.items():
         note = "" if r["budget"] < r["size"] else "   (budget = whole table)"
-        print(f"{r['title'][:39]:<40}" + "".join(f"{cell(f['ratios'][key]):>26}" for f in figures.values()) + note)
+        print(f"{r['title'][:39]:<40}" + "".join(f"{cell(f['ratios'][key]):>{widths[name]}}"
+                                                  for name, f in figures.items()) + note)
     print("(s: a censored table's ratio of success rates at the budget, the peer's over ours)")
     for name, f in figures.items():
         if f["geometric_mean"] is None:

@@ -1,10 +1,12 @@
 """Optuna's TPE sampler behind StoreTune's ask/tell, as the peer the benchmarks compare against.
 
-Installed only for the benchmarks (`pip install -e '.[bench]'`). Set up as an Optuna user would: a numeric
-ordinal of more than ``NUMBERS_ABOVE`` values (a buffer size, a threshold) is a number to TPE, as
-``suggest_int`` / ``suggest_float`` would give it, on a log scale where its values are positive and span
-two decades or more; categories and short ordinals stay categorical (``numbers_above``: 0 makes every numeric
-ordinal a number, to measure what the encoding changes). Fair to TPE in two ways:
+Installed only for the benchmarks (`pip install -e '.[bench]'`). Set up as an Optuna user would, with numeric
+knobs as numbers and categories as categories: a numeric ordinal of more than ``NUMBERS_ABOVE`` (2) values (a
+buffer size, a block size, a thread count) is a number to TPE, as ``suggest_int`` / ``suggest_float`` would give
+it, on a log scale where its values are positive and span two decades or more; categories and on/off options stay
+categorical. That is TPE's stronger encoding on most of the suite: declaring the short ordinals (3 to 10 values)
+as categories instead cost it evaluations on 9 of 13 tables (bench/SEARCH.md, "The peers' encoding").
+``numbers_above`` sets the count per variant (10: the short ordinals categorical). Fair to TPE in two ways:
 - a number TPE proposes for an ordinal goes to the ordinal's nearest value (on its scale); a proposal
   absent from a table, or refused by the space, is replaced by the nearest valid configuration, and on a
   table by the nearest one not measured yet; TPE learns the result under the configuration measured;
@@ -29,7 +31,7 @@ from storetune.search_spaces.table import TableSpace
 from storetune.tuner.algorithms.base import Observation, Tuner
 
 MAX_REPROPOSALS = 20
-NUMBERS_ABOVE = 10  # ordinals of more numeric values are numbers to TPE (the issue's peer; 0: every numeric one)
+NUMBERS_ABOVE = 2  # ordinals of more numeric values are numbers to TPE (on/off options stay categories)
 
 
 def numeric(values: tuple[Any, ...]) -> bool:
@@ -54,7 +56,7 @@ def distribution(p: Any, numbers_above: int = NUMBERS_ABOVE) -> Any:
 
 @dataclass(frozen=True)
 class Params:
-    numbers_above: Annotated[int, Field(ge=0)] = NUMBERS_ABOVE  # 0: every numeric ordinal is a number
+    numbers_above: Annotated[int, Field(ge=0)] = NUMBERS_ABOVE  # 0: every numeric ordinal is a number, 0/1 too
 
 
 class OptunaTPE(Tuner):

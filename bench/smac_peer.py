@@ -4,8 +4,8 @@ Installed only for the benchmarks (`pip install -e '.[bench]'`; SMAC 2.4's rando
 nothing is compiled). Set up as a SMAC user would and as fair as bench/optuna_tpe.py is to TPE, with whose
 protocol it shares all but two things (said below):
 - each parameter is declared as the TPE peer declares it (``optuna_tpe.distribution``): a numeric ordinal of
-  more than 10 values an Integer or Float, on a log scale where its values are positive and span two decades,
-  the rest categories;
+  more than 2 values an Integer or Float, on a log scale where its values are positive and span two decades,
+  the rest (categories, on/off options) categories;
 - the Scenario is given the campaign's budget as ``n_trials``, which sizes SMAC's Sobol initial design
   (10 per parameter, at most a quarter of the budget), and ``deterministic=True``: a table's repeat is one
   draw, and the facade would otherwise spend evaluations re-measuring its incumbent;

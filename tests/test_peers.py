@@ -72,8 +72,9 @@ def test_a_peer_on_a_sampled_table_measures_only_listed_configurations_once_each
 
 @pytest.mark.parametrize("peer", ["optuna_tpe:OptunaTPE", "smac_peer:SMAC3"])
 def test_a_peer_declares_short_numeric_ordinals_as_numbers_when_asked(peer, tmp_path):
-    """``numbers_above`` (default 10) is where a numeric ordinal becomes a number to the peer: 2 leaves the
-    on/off options categorical and makes a 3-value one an int, which is what the encoding comparison varies."""
+    """``numbers_above`` (default 2) is where a numeric ordinal becomes a number to the peer: 2 leaves the
+    on/off options categorical and makes a 3-value one an int; 10, the short ordinals' categories, is the
+    encoding the comparison in bench/SEARCH.md measured against it."""
     name, cls = peer.split(":")
     Peer = peer_class(name, cls)
     table = tmp_path / "t.csv"
