@@ -23,11 +23,12 @@ With --stop-at-near-optimal each seed stops at its first near-optimal configurat
 count, success rate and ratio is the same (a later evaluation cannot change the first hit), at a
 fraction of the cost; the wall times and the ask+tell figures then describe the shortened runs.
 With --resume an interrupted run goes on where it stopped: each table's comparison recorded in --out's history
-with the same settings on the same content goes on from the seeds it finished (a finished one is only summarised
-again), so that only the seeds in flight are measured twice. Every seed is the same as in an uninterrupted run,
-and with the hash seed fixed so is every proposal: the evaluation counts and ratios are those of one run, the wall
-times are each part's own. It refuses where the code that measures, or a library it uses, changed since the run
-started (code.json in --out).
+with the same settings on the same content goes on from the seeds it finished, and a finished one gives its
+results as recorded (Comparison.find_or_create), so that only the seeds in flight are measured twice. Every seed
+is the same as in an uninterrupted run, and with the hash seed fixed so is every proposal: the evaluation counts
+and ratios are those of one run; the wall times are each part's own, and the ask+tell times of seeds measured
+before a resume are not kept. It refuses where the code that measures, or a library it uses, changed since the
+run started (code.json in --out).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ from storetune.tuner.analysis.convergence import near_optimal_share  # noqa: E40
 from storetune.tuner.execution.local import ProcessExecutor  # noqa: E402
 from storetune.tuner.history.store import History  # noqa: E402
 from storetune.tuner.objectives.objective import Objective  # noqa: E402
-from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, register  # noqa: E402
+from storetune.tuner.algorithms.base import parse_params  # noqa: E402
+from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, algorithm_class, register  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "datasets"
 MOOT = SHARED / "moot_configs"
@@ -135,23 +137,38 @@ def run(history: History, settings: dict, variants: str, args: argparse.Namespac
                        seeds=args.seeds, budget=budget, within=within, metric=settings.get("metric"),
                        first_seed=args.first_seed, stop_at_near_optimal=args.stop_at_near_optimal,
                        judge=tuple(judge) if judge else None)
-    prepared = Comparison.prepare(spec)
-    comparison = (args.resume and Comparison.find(history, spec, prepared=prepared)) or \
-        Comparison.create(history, spec, prepared=prepared)
+    comparison, notes = Comparison.find_or_create(history, spec, resume=args.resume)
+    for note in notes:
+        print(f"({note})")
     before = len(history.comparison_campaigns(comparison.id))
     started = time.perf_counter()
     results = comparison.run(ProcessExecutor(args.workers))
     results["seeds_measured_before"] = before  # by an interrupted part of the run: its wall time is not in this one's
-    if before:
-        print(f"(resumed: {before} of {len(spec.variants) * spec.seeds} seeds of comparison {comparison.id} "
-              "were measured before)")
     return results, time.perf_counter() - started
+
+
+def check_peers(peers: list[str], given: str) -> None:
+    """Each peer known, registered as an algorithm, and its hyperparameters valid, before anything is measured;
+    the budget a budgeted peer is told is the run's, not one of its hyperparameters."""
+    if not peers:
+        sys.exit(f"--peers {given!r}: choose among {', '.join(PEERS)}")
+    for peer in peers:
+        (variant,) = Variant.parse_list(peer)
+        if variant.algorithm not in PEERS:
+            sys.exit(f"--peers {peer}: choose among {', '.join(PEERS)}")
+        if BUDGETED.get(variant.algorithm) in dict(variant.params):
+            sys.exit(f"--peers {peer}: {BUDGETED[variant.algorithm]} is the run's --budget, not the peer's")
+        register(variant.algorithm, PEERS[variant.algorithm])
+        try:
+            parse_params(variant.algorithm, algorithm_class(variant.algorithm).Params, dict(variant.params))
+        except ValueError as e:
+            sys.exit(f"--peers {peer}: {e}")
 
 
 def run_peer(history: History, settings: dict, name: str, args: argparse.Namespace, budget: int,
              within: float) -> tuple[dict, float]:
     """One peer's results, labelled by its name (a budgeted peer's variant carries the budget)."""
-    base = name.split(":")[0]  # a peer with hyperparameters: optuna-tpe:numbers_above=10
+    base = Variant.parse_list(name)[0].algorithm  # a peer with hyperparameters: optuna-tpe:numbers_above=10
     variant = f"{name}:{BUDGETED[base]}={budget}" if base in BUDGETED else name
     results, seconds = run(history, settings, variant, args, budget, within)
     results["algorithms"] = {name: next(iter(results["algorithms"].values()))}
@@ -295,10 +312,7 @@ def main() -> None:
     fixed_hashing()
     conditions = Conditions()  # before the run loads the machine
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    if not peers or any(p.split(":")[0] not in PEERS for p in peers):
-        sys.exit(f"--peers {args.peers}: choose among {', '.join(PEERS)}")
-    for name in {p.split(":")[0] for p in peers}:
-        register(name, PEERS[name])
+    check_peers(peers, args.peers)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.resume:
         check_resumable(args.out)
@@ -350,16 +364,14 @@ def main() -> None:
                 by_peer[name][role] = {"algorithm": label, "measure": measure, "ratio": point, "low": low, "high": high}
                 print(f"ours/{name} ({role}: {label}, {measure}): {point:.2f}  95% CI [{low:.2f}, {high:.2f}]")
         ratios = by_peer[peers[0]]
-        below_random = [s for s in SEARCHERS if s in ours["algorithms"]
-                        and ours["algorithms"][s]["success_at_budget"] <= random_exact[budget - 1]
-                        and budget < size]
-        if below_random:
-            print(f"not above random search's exact success at {budget}: {', '.join(below_random)}")
         print("wall time: ours " + ", ".join([f"{ours_s:.0f} s"] + [f"{n} {s:.0f} s" for n, (_, s) in measured.items()]))
         report[key] = {"title": title, "part": len(parts), "within": within, "near_optimal": near, "size": size, "budget": budget,
                        "ours": ours, "peer": peer, "ratios": ratios, "ratios_by_peer": by_peer,
-                       "below_random": below_random,
                        "wall_s": {"ours": ours_s, **{n: s for n, (_, s) in measured.items()}}}
+        below_random = [label for label, keys in not_above_random({key: report[key]}, args.default).items() if keys]
+        report[key]["below_random"] = below_random
+        if below_random:
+            print(f"not above random search's exact success at {budget}: {', '.join(below_random)}")
         saved = {"default": args.default, "conditions": parts[0], "parts": parts, "argv": sys.argv[1:],
                  "tables": report}
         write_atomically(saved_json, json.dumps(saved))  # after every dataset
@@ -386,7 +398,7 @@ def peer_figures(report: dict, default: str) -> dict[str, dict]:
     for name in peers:
         ratios = {k: by_peer[k][name]["default"] for k in report}
         finite = [d["ratio"] for d in ratios.values() if 0 < d["ratio"] < float("inf")]
-        target = TARGETS.get(name.split(":")[0], 1.0)
+        target = TARGETS.get(Variant.parse_list(name)[0].algorithm, 1.0)
         missed = [k for k in searched if (ratios[k]["ratio"] >= 1 if ratios[k]["measure"].startswith("success")
                                           else ratios[k]["ratio"] > target)]
         out[name] = {"ratios": ratios, "geometric_mean": float(np.exp(np.mean(np.log(finite)))) if finite else None,
@@ -397,7 +409,7 @@ def peer_figures(report: dict, default: str) -> dict[str, dict]:
 
 def not_above_random(report: dict, default: str) -> dict[str, list[str]]:
     """Per search of ours (SA, GA, BO and the default, those the run measured): the tables where search matters
-    on which its success at the budget is not above random search's exact curve."""
+    and it was measured on which its success at the budget is not above random search's exact curve."""
     out: dict[str, list[str]] = {}
     for label in dict.fromkeys((*SEARCHERS, default)):
         for key, r in report.items():
@@ -407,6 +419,25 @@ def not_above_random(report: dict, default: str) -> dict[str, list[str]]:
                 if a["success_at_budget"] <= r["ours"]["random_expected_success_at"][r["budget"] - 1]:
                     out[label].append(key)
     return out
+
+
+def summary_lines(report: dict, default: str, bold: bool = False) -> list[str]:
+    """Per peer, the default's geometric mean and the tables that miss the target; per search of ours, where it
+    is not above random search (``bold``: Markdown emphasis on the means)."""
+    lines = []
+    for name, f in peer_figures(report, default).items():
+        if f["geometric_mean"] is None:
+            continue
+        mean = f"**{f['geometric_mean']:.2f}**" if bold else f"{f['geometric_mean']:.2f}"
+        lines.append(f"{default} / {name}: geometric mean over {f['tables']} tables {mean}; upper end of the "
+                     f"interval below 1 on {len(f['confident'])} of {len(report)}; at most {f['target']} on "
+                     f"{len(f['searched']) - len(f['missed'])} of the {len(f['searched'])} where search matters"
+                     + (f" (not: {'; '.join(report[k]['title'] for k in f['missed'])})" if f["missed"] else ""))
+    for label, keys in not_above_random(report, default).items():
+        measured = sum(r["budget"] < r["size"] and label in r["ours"]["algorithms"] for r in report.values())
+        lines.append(f"{label}: above random search's exact success at the budget on {measured - len(keys)} of "
+                     f"{measured}" + (f" (not: {'; '.join(report[k]['title'] for k in keys)})" if keys else ""))
+    return lines
 
 
 def cell(d: dict) -> str:
@@ -426,17 +457,7 @@ def summarize(report: dict, default: str) -> None:
         print(f"{r['title'][:39]:<40}" + "".join(f"{cell(f['ratios'][key]):>{widths[name]}}"
                                                   for name, f in figures.items()) + note)
     print("(s: a censored table's ratio of success rates at the budget, the peer's over ours)")
-    for name, f in figures.items():
-        if f["geometric_mean"] is None:
-            continue
-        print(f"{default} / {name}: geometric mean over {f['tables']} tables {f['geometric_mean']:.2f}; "
-              f"upper end of the interval below 1 on {len(f['confident'])} of {len(report)}; at most {f['target']} on "
-              f"{len(f['searched']) - len(f['missed'])} of the {len(f['searched'])} where search matters"
-              + (f" (not: {'; '.join(report[k]['title'] for k in f['missed'])})" if f["missed"] else ""))
-    for label, keys in not_above_random(report, default).items():
-        searched = sum(r["budget"] < r["size"] for r in report.values())
-        print(f"{label}: above random search's exact success at the budget on {searched - len(keys)} of {searched}"
-              + (f" (not: {'; '.join(report[k]['title'] for k in keys)})" if keys else ""))
+    print("\n".join(summary_lines(report, default)))
 
 
 def markdown(report: dict, default: str) -> str:
@@ -464,16 +485,7 @@ def markdown(report: dict, default: str) -> str:
         row += [cell(f["ratios"][key]) for f in figures.values()]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
-    for name, f in figures.items():
-        if f["geometric_mean"] is not None:
-            lines.append(f"- `{default}` / {name}: geometric mean **{f['geometric_mean']:.2f}** over {f['tables']} tables; "
-                         f"the interval's upper end below 1 on {len(f['confident'])}; at most {f['target']} on "
-                         f"{len(f['searched']) - len(f['missed'])} of the {len(f['searched'])} where search matters"
-                         + (f" (not: {', '.join(report[k]['title'] for k in f['missed'])})" if f["missed"] else ""))
-    for label, keys in not_above_random(report, default).items():
-        searched = sum(r["budget"] < r["size"] for r in report.values())
-        lines.append(f"- {label}: above random search's exact success at the budget on {searched - len(keys)} of "
-                     f"{searched}" + (f" (not: {', '.join(report[k]['title'] for k in keys)})" if keys else ""))
+    lines += [f"- {line}" for line in summary_lines(report, default, bold=True)]
     return "\n".join(lines)
 
 

@@ -28,14 +28,14 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from bench.optuna_tpe import NUMBERS_ABOVE, OptunaTPE
+from bench.optuna_tpe import OptunaTPE
+from bench.optuna_tpe import Params as TPEParams
 from storetune.search_spaces import Config
 
 
 @dataclass(frozen=True)
-class Params:
+class Params(TPEParams):  # the TPE peer's encoding, and the budget
     n_trials: Annotated[int, Field(ge=1)] = 200  # the Scenario's budget: compare_algorithms passes its own
-    numbers_above: Annotated[int, Field(ge=0)] = NUMBERS_ABOVE  # as the TPE peer's
 
 
 class SMAC3(OptunaTPE):

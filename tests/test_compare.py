@@ -145,21 +145,26 @@ def test_compare_command(sqlite_url, bowl, tmp_path):
 
 def test_compare_resume_measures_only_the_seeds_the_history_lacks(sqlite_url, bowl, tmp_path):
     """`storetune compare --resume` goes on with the interrupted comparison of the same settings: the same
-    figures as the whole run, no second comparison, and the seeds it had are not measured again."""
-    args = ("compare", "--dataset", str(bowl), "--algorithms", "sa", "--seeds", "3", "--budget", "20",
+    figures as the whole run, no second comparison, and the seeds it had are not measured again; a finished
+    one is printed as recorded, and other settings start a new one."""
+    args = ("compare", "--dataset", str(bowl), "--algorithms", "sa,random", "--seeds", "3", "--budget", "20",
             "--out", str(tmp_path / "out"), "--json")
     whole = json.loads(run_cli(*args, db=sqlite_url, check=True).stdout.strip().splitlines()[-1])
     history = History(sqlite_url)
-    kept = history.comparison_campaigns(whole["comparison"])[:2]
-    last = history.comparison_campaigns(whole["comparison"])[-1]
-    assert history.delete_campaign(last.id, ["finished"])  # as if Ctrl-C had come during the last seed
+    campaigns = history.comparison_campaigns(whole["comparison"])
+    assert history.delete_campaign(campaigns[-1].id, ["finished"])  # as if Ctrl-C had come during the last seed
     history.transition_comparison(whole["comparison"], ["finished"], state="interrupted")
     proc = run_cli(*args, "--resume", db=sqlite_url, check=True)
     again = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert f"resuming comparison {whole['comparison']}: 2 of 3 seeds are in the history" in proc.stderr
+    assert f"resuming comparison {whole['comparison']}: 5 of 6 seeds are in the history" in proc.stderr
     assert again["comparison"] == whole["comparison"] and len(history.comparisons()) == 1
-    assert [c.id for c in history.comparison_campaigns(whole["comparison"])][:2] == [c.id for c in kept]
-    assert again["algorithms"]["sa"]["evals_to_near_optimal"] == whole["algorithms"]["sa"]["evals_to_near_optimal"]
+    now = history.comparison_campaigns(whole["comparison"])
+    assert len(now) == 6 and [c.id for c in now[:5]] == [c.id for c in campaigns[:5]]  # one seed measured
+    for label in ("sa", "random"):
+        assert again["algorithms"][label]["evals_to_near_optimal"] == whole["algorithms"][label]["evals_to_near_optimal"]
+    table = run_cli(*args[:-1], "--resume", db=sqlite_url, check=True)  # finished: as recorded, as a table too
+    assert f"comparison {whole['comparison']} is finished" in table.stderr and "sa" in table.stdout
+    assert len(history.comparison_campaigns(whole["comparison"])) == 6
     other = run_cli(*args[:-5], "--budget", "21", "--resume", db=sqlite_url, check=True)
     assert "holds no comparison of these settings" in other.stderr and len(history.comparisons()) == 2
 

@@ -244,8 +244,9 @@ def test_an_interrupted_benchmark_resumes_from_the_seeds_it_recorded_and_refuses
     head, _, *rows = [line for line in resumed.stdout.splitlines() if line.startswith("|")]
     assert head.count("|") == 8  # the table, random's exact curve, SA's success, TPE's, the medians, the ratio
     assert [r.split(" (")[0] for r in rows] == ["| t1", "| t2"] and all(r.count("|") == 8 for r in rows)
-    assert f"(resumed: 4 of 6 seeds of comparison {comparisons[2].id}" in resumed.stdout
-    assert f"(resumed: 3 of 3 seeds of comparison {comparisons[3].id}" in resumed.stdout
+    assert f"(comparison {comparisons[0].id} is finished: its results as recorded)" in resumed.stdout
+    assert f"(resuming comparison {comparisons[2].id}: 4 of 6 seeds are in the history)" in resumed.stdout
+    assert f"(resuming comparison {comparisons[3].id}: 3 of 3 seeds are in the history)" in resumed.stdout
     assert len(history.comparisons()) == 4 and len(history.comparison_campaigns(comparisons[2].id)) == 6
     history.close()
 

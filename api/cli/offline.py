@@ -64,15 +64,10 @@ def compare(
     executor = executor_for(executor_kind, workers or None, max_retries)
     executor.start()  # join the cluster before the comparison is recorded: a refusal leaves nothing behind
     history = open_history(db, migrate=True)
-    comparison = resume and Comparison.find(history, spec, prepared=prepared)
-    if resume and not comparison:
-        err.print("--resume: the history holds no comparison of these settings on this table; starting one",
-                  highlight=False, soft_wrap=True)
-    comparison = comparison or Comparison.create(history, spec, prepared=prepared)
+    comparison, notes = Comparison.find_or_create(history, spec, resume=resume, prepared=prepared)
+    for note in notes:
+        err.print(note, highlight=False, soft_wrap=True)
     recorded = len(history.comparison_campaigns(comparison.id))
-    if recorded:
-        err.print(f"resuming comparison {comparison.id}: {recorded} of {seeds * len(spec.variants)} seeds are "
-                  "in the history", highlight=False, soft_wrap=True)
     title = f"comparison {comparison.id} on {comparison.runner.label()}"
     try:
         with ComparisonProgress(err, title, seeds * len(spec.variants), recorded) as progress:

@@ -136,7 +136,8 @@ def comparison_table(results: dict) -> Table:
                   f" ({quartiles})")
         row = [escape(label), median, str(a["censored"]), *(f"{a['success_at'][k - 1]:.2f}" for k in marks)]
         best = a["best_mean_at_budget"]
-        table.add_row(*row, "-" if best is None else f"{best:.6g}", f"{a['ask_tell_ms']:.2f}")
+        tell = a["ask_tell_ms"]  # None where every seed was measured before a resume
+        table.add_row(*row, "-" if best is None else f"{best:.6g}", "-" if tell is None else f"{tell:.2f}")
     table.add_row("[dim]random, exact[/]", "", "", *(f"[dim]{random_curve[k - 1]:.2f}[/]" for k in marks), "", "")
     return table
 

@@ -257,8 +257,10 @@ class Comparison:
     def find(cls, history: History, spec: CompareSpec, *, origin: str = "cli",
              prepared: Prepared | None = None) -> Comparison | None:
         """The latest comparison of ``origin`` recorded with this very spec on this very table (its content and the
-        means it is judged on, ``Prepared.digest``), finished or not, or None: ``run`` on it goes on from the seeds
-        it recorded, so that an interrupted run of the same comparison loses only the seeds in flight."""
+        means it is judged on, ``Prepared.digest``), whatever its state, or None: ``run`` on it goes on from the
+        seeds it recorded, so that an interrupted run of the same comparison loses only the seeds in flight, and
+        on a finished one returns its results as recorded. One found ``running`` may be a killed run's or a live
+        one's, which the history cannot tell apart: the caller says so."""
         prepared = prepared or cls.prepare(spec)
         wanted = json.loads(json.dumps([prepared.runner.settings(), cls._settings(spec, prepared, "local")]))
         for record in reversed(history.comparisons(origin=origin)):
@@ -266,6 +268,26 @@ class Comparison:
             if [record.runner_settings, settings] == wanted:
                 return cls(history, spec, record.id, prepared, record.origin)
         return None
+
+    @classmethod
+    def find_or_create(cls, history: History, spec: CompareSpec, *, resume: bool,
+                       prepared: Prepared | None = None) -> tuple[Comparison, list[str]]:
+        """With ``resume``, the comparison ``find`` returns, else a new one; and what a person should be told
+        about it (what it found, and a match recorded as running, which may still be running elsewhere)."""
+        prepared = prepared or cls.prepare(spec)
+        found = cls.find(history, spec, prepared=prepared) if resume else None
+        if found is None:
+            notes = ["--resume: the history holds no comparison of these settings on this table; starting one"]
+            return cls.create(history, spec, prepared=prepared), notes if resume else []
+        record, recorded = history.comparison(found.id), len(history.comparison_campaigns(found.id))
+        total = spec.seeds * len(spec.variants)
+        if record.state == "finished":
+            return found, [f"comparison {found.id} is finished: its results as recorded"]
+        notes = [f"resuming comparison {found.id}: {recorded} of {total} seeds are in the history"]
+        if record.state == "running":
+            notes.append(f"comparison {found.id} is recorded as running: if it still runs elsewhere, both measure "
+                         "its missing seeds (stop one of them)")
+        return found, notes
 
     @classmethod
     def load(cls, history: History, comparison_id: int) -> Comparison:
@@ -297,6 +319,11 @@ class Comparison:
         done = {(label, r.seed) for label, rs in runs.items() for r in rs}
         tasks = [SeedTask(self.runner.settings(), v, algorithm_target(v.algorithm), s, spec.budget, spec.repeats,
                           self.objective, targets) for s in seeds for v in spec.variants if (v.label, s) not in done]
+        record = self.history.comparison(self.id)
+        if not tasks and record.state == "finished" and record.results is not None:
+            executor.close()  # found finished (a resume): its results as recorded, ask+tell times included
+            self.runs = runs
+            return record.results
         self.history.transition_comparison(self.id, ["queued", "interrupted", "cancelled", "failed"], state="running",
                                            cancel_requested=False)
         total = len(seeds) * len(spec.variants)
