@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ def _names_a_dead_process(pid_file: Path) -> bool:
 class PrivatePostgres:
     """A PostgreSQL server of the tests' own, in a temp folder naming its owner (so a later session can stop it
     if this one is killed), listening on a Unix socket only; ``restart()`` is ``pg_ctl restart -m fast``, as an
-    operator restarts a server under live clients."""
+    operator restarts a server under live clients (``down_s``: kept stopped that long in between)."""
 
     def __init__(self) -> None:
         bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
@@ -124,8 +125,13 @@ class PrivatePostgres:
         self.pg(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", self.options, "-l", str(self.log), "-w",
                 *args, action)
 
-    def restart(self) -> None:
-        self.pg_ctl("restart", "-m", "fast")
+    def restart(self, down_s: float = 0) -> None:
+        if not down_s:
+            self.pg_ctl("restart", "-m", "fast")
+            return
+        self.pg_ctl("stop", "-m", "fast")
+        time.sleep(down_s)
+        self.pg_ctl("start")
 
     def stop(self) -> None:
         _stop_server(self.bindir, self.top)

@@ -89,8 +89,10 @@ def worker_of(service: Service, campaign: int, timeout: float = 30, other: int |
 
 
 def test_a_postgres_restart_mid_campaign_strands_nothing_and_records_every_trial_once(server, tmp_path):
-    """pg_ctl restart -m fast with a campaign running: the service and its worker ride it out (their calls are
-    retried), the campaign finishes by itself, and every trial is recorded once, with one measurement."""
+    """pg_ctl stop -m fast with a campaign running, and start 2 s later: the service and its worker ride it out
+    (their calls are retried), the campaign finishes by itself, and every trial is recorded once, with one
+    measurement. The 2 s outage makes sure the worker (a trial every ~0.1 s) calls the history while it is down:
+    a bare restart can fall between two calls, and then there is nothing to retry."""
     _, command = bench(tmp_path)
     service = Service(tmp_path, server.url, "service.log")
     try:
@@ -99,7 +101,7 @@ def test_a_postgres_restart_mid_campaign_strands_nothing_and_records_every_trial
         while evaluated(service, campaign) < 15:
             assert time.monotonic() < deadline, service.output()
             time.sleep(0.05)
-        server.restart()
+        server.restart(down_s=2)
         assert service.client.get("/health").status_code == 200  # the service answers again at once
         done = service.wait(campaign, lambda c: c["state"] in ("finished", "failed"), "finished", timeout=120)
         assert done["state"] == "finished", (done["note"], service.output())
