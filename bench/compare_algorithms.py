@@ -47,7 +47,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import bench.optuna_tpe
 
-from bench.figures import COLOURS, Conditions, grid, legend, save  # noqa: E402
+from bench.comparison_report import markdown, not_above_random, plot, summarize, table_lines  # noqa: E402
+from bench.figures import Conditions  # noqa: E402
 from storetune.runners import make_runner  # noqa: E402
 from storetune.tuner.search.compare import Comparison, CompareSpec, Variant, judged_means  # noqa: E402
 from storetune.tuner.analysis.convergence import near_optimal_share  # noqa: E402
@@ -81,8 +82,6 @@ DATASETS = {
               "ATC'18 subset, workload 4, SSD"),
 }
 OURS = "random,sa,ga,bo,dqn"
-SEARCHERS = ("sa", "ga", "bo")  # each must beat random search's exact success curve
-PEER = "optuna-tpe"  # the peer of runs saved before --peers existed
 # the peers, each set up as its users would and behind the same snapping protocol (bench/optuna_tpe.py)
 PEERS = {"optuna-tpe": "bench.optuna_tpe:OptunaTPE", "smac3": "bench.smac_peer:SMAC3"}
 BUDGETED = {"smac3": "n_trials"}  # a peer told the campaign's budget, as its users tell it
@@ -288,7 +287,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, metavar="SVG",
                         help="draw each table's success curves (ours, the peers, random search's exact curve) to this SVG")
     parser.add_argument("--from", dest="saved", type=Path, metavar="JSON",
-                        help="print and draw a saved run's compare_algorithms.json again, measuring nothing")
+                        help="print (every table, the summary) and draw a saved run's compare_algorithms.json again, measuring nothing")
     parser.add_argument("--markdown", action="store_true",
                         help="also print the run as a Markdown table for the results pages (with --from, or at the end)")
     parser.add_argument("--truth", action="store_true",
@@ -303,6 +302,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.saved:
         saved = json.loads(args.saved.read_text())
+        for table in saved["tables"].values():
+            print("\n".join(table_lines(table)))
         summarize(saved["tables"], saved["default"])
         if args.markdown:
             print("\n" + markdown(saved["tables"], saved["default"]))
@@ -330,24 +331,9 @@ def main() -> None:
     for key, (settings, title) in chosen_tables(args.datasets, args.truth).items():
         within, near, size = threshold(settings)
         budget = min(args.budget, size)  # a small table: the budget is the whole table
-        marks = [k for k in (50, 100, 200) if k < budget] + [budget]
         ours, ours_s = run(history, settings, args.algorithms, args, budget, within)
         measured = {name: run_peer(history, settings, name, args, budget, within) for name in peers}
         peer = {"algorithms": {k: v for r, _ in measured.values() for k, v in r["algorithms"].items()}}
-        algorithms = {**ours["algorithms"], **peer["algorithms"]}
-        random_exact = ours["random_expected_success_at"]
-        print(f"\n== {title}: near-optimal = within {within:.5g} of the best: {near} of {size} "
-              f"({100 * near / size:.2f}%); {args.seeds} seeds x {budget} evaluations")
-        print(f"{'algorithm':<14}{'median evals (IQR)':>22}{'censored':>10}"
-              + "".join(f"{'success@' + str(k):>13}" for k in marks) + f"{'vs random':>11}"
-              + f"{'ask+tell ms @' + str(budget):>18}")
-        for label, a in algorithms.items():
-            iqr = f"{a['median_evals_to_near_optimal']:g} ({a['evals_p25']:g}-{a['evals_p75']:g})"
-            versus = a["success_at_budget"] - random_exact[budget - 1]
-            print(f"{label:<14}{iqr:>22}{a['censored']:>10}"
-                  + "".join(f"{a['success_at'][k - 1]:>13.2f}" for k in marks) + f"{versus:>+11.2f}"
-                  + (f"{'-':>18}" if a["ask_tell_ms_at_budget"] is None else f"{a['ask_tell_ms_at_budget']:>18.2f}"))
-        print(f"{'(random, exact)':<14}{'':>32}" + "".join(f"{random_exact[k - 1]:>13.2f}" for k in marks))
         contenders = {k: v for k, v in ours["algorithms"].items() if k != "random"} or ours["algorithms"]
         best = min(contenders, key=lambda k: (contenders[k]["median_evals_to_near_optimal"],
                                               -contenders[k]["success_at_budget"]))
@@ -362,12 +348,10 @@ def main() -> None:
                 rng = np.random.default_rng(zlib.crc32(key.encode()))
                 measure, point, low, high = paired_ratio(evals, theirs, budget, rng)
                 by_peer[name][role] = {"algorithm": label, "measure": measure, "ratio": point, "low": low, "high": high}
-                print(f"ours/{name} ({role}: {label}, {measure}): {point:.2f}  95% CI [{low:.2f}, {high:.2f}]")
-        ratios = by_peer[peers[0]]
-        print("wall time: ours " + ", ".join([f"{ours_s:.0f} s"] + [f"{n} {s:.0f} s" for n, (_, s) in measured.items()]))
         report[key] = {"title": title, "part": len(parts), "within": within, "near_optimal": near, "size": size, "budget": budget,
-                       "ours": ours, "peer": peer, "ratios": ratios, "ratios_by_peer": by_peer,
+                       "ours": ours, "peer": peer, "ratios": by_peer[peers[0]], "ratios_by_peer": by_peer,
                        "wall_s": {"ours": ours_s, **{n: s for n, (_, s) in measured.items()}}}
+        print("\n".join(table_lines(report[key])))
         below_random = [label for label, keys in not_above_random({key: report[key]}, args.default).items() if keys]
         report[key]["below_random"] = below_random
         if below_random:
@@ -381,147 +365,6 @@ def main() -> None:
     print(f"\nwrote {args.out / 'compare_algorithms.json'}")
     if args.plot:
         plot(report, args.default, args.plot, conditions)
-
-
-TARGETS = {"optuna-tpe": 0.8, "smac3": 1.0}  # the default's median over the peer's, at most, where search matters
-
-
-def peer_figures(report: dict, default: str) -> dict[str, dict]:
-    """Per peer: the default's ratio on each table, their geometric mean, the tables whose interval is below 1,
-    and the tables where search matters that miss its target (TARGETS; a censored table's success ratio of 1
-    or more)."""
-    first = next(iter(report.values()))
-    peers = list(first.get("ratios_by_peer") or {PEER: None})  # a run saved before SMAC3 has TPE's alone
-    by_peer = {k: r.get("ratios_by_peer") or {PEER: r["ratios"]} for k, r in report.items()}
-    searched = [k for k, r in report.items() if r["budget"] < r["size"]]  # else success is 1 for all
-    out = {}
-    for name in peers:
-        ratios = {k: by_peer[k][name]["default"] for k in report}
-        finite = [d["ratio"] for d in ratios.values() if 0 < d["ratio"] < float("inf")]
-        target = TARGETS.get(Variant.parse_list(name)[0].algorithm, 1.0)
-        missed = [k for k in searched if (ratios[k]["ratio"] >= 1 if ratios[k]["measure"].startswith("success")
-                                          else ratios[k]["ratio"] > target)]
-        out[name] = {"ratios": ratios, "geometric_mean": float(np.exp(np.mean(np.log(finite)))) if finite else None,
-                     "tables": len(finite), "confident": [k for k, d in ratios.items() if d["high"] < 1],
-                     "target": target, "searched": searched, "missed": missed}
-    return out
-
-
-def not_above_random(report: dict, default: str) -> dict[str, list[str]]:
-    """Per search of ours (SA, GA, BO and the default, those the run measured): the tables where search matters
-    and it was measured on which its success at the budget is not above random search's exact curve."""
-    out: dict[str, list[str]] = {}
-    for label in dict.fromkeys((*SEARCHERS, default)):
-        for key, r in report.items():
-            a = r["ours"]["algorithms"].get(label)
-            if a is not None and r["budget"] < r["size"]:
-                out.setdefault(label, [])
-                if a["success_at_budget"] <= r["ours"]["random_expected_success_at"][r["budget"] - 1]:
-                    out[label].append(key)
-    return out
-
-
-def summary_lines(report: dict, default: str, bold: bool = False) -> list[str]:
-    """Per peer, the default's geometric mean and the tables that miss the target; per search of ours, where it
-    is not above random search (``bold``: Markdown emphasis on the means)."""
-    lines = []
-    for name, f in peer_figures(report, default).items():
-        if f["geometric_mean"] is None:
-            continue
-        mean = f"**{f['geometric_mean']:.2f}**" if bold else f"{f['geometric_mean']:.2f}"
-        lines.append(f"{default} / {name}: geometric mean over {f['tables']} tables {mean}; upper end of the "
-                     f"interval below 1 on {len(f['confident'])} of {len(report)}; at most {f['target']} on "
-                     f"{len(f['searched']) - len(f['missed'])} of the {len(f['searched'])} where search matters"
-                     + (f" (not: {'; '.join(report[k]['title'] for k in f['missed'])})" if f["missed"] else ""))
-    for label, keys in not_above_random(report, default).items():
-        measured = sum(r["budget"] < r["size"] and label in r["ours"]["algorithms"] for r in report.values())
-        lines.append(f"{label}: above random search's exact success at the budget on {measured - len(keys)} of "
-                     f"{measured}" + (f" (not: {'; '.join(report[k]['title'] for k in keys)})" if keys else ""))
-    return lines
-
-
-def cell(d: dict) -> str:
-    """A ratio with its interval; ``s`` where it is a censored table's ratio of success rates."""
-    return f"{d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]{'s' if d['measure'].startswith('success') else ''}"
-
-
-def summarize(report: dict, default: str) -> None:
-    """One line per table with the default's ratio to each peer, then per peer the geometric mean and the tables
-    that miss its target, then the searches of ours that are not above random search somewhere."""
-    figures = peer_figures(report, default)
-    print(f"\n== {default} against {', '.join(figures)}, every table (below 1: fewer evaluations than the peer)")
-    widths = {name: max(26, len(name) + 2) for name in figures}
-    print(f"{'table':<40}" + "".join(f"{name:>{widths[name]}}" for name in figures))
-    for key, r in report.items():
-        note = "" if r["budget"] < r["size"] else "   (budget = whole table)"
-        print(f"{r['title'][:39]:<40}" + "".join(f"{cell(f['ratios'][key]):>{widths[name]}}"
-                                                  for name, f in figures.items()) + note)
-    print("(s: a censored table's ratio of success rates at the budget, the peer's over ours)")
-    print("\n".join(summary_lines(report, default)))
-
-
-def markdown(report: dict, default: str) -> str:
-    """The run as a Markdown table for the results pages, each figure as the run computed it: per table the
-    success at the budget of each search, random search's exact success, the medians of the default and the
-    peers, and the default's ratio to each peer with its interval; then the summary lines."""
-    figures = peer_figures(report, default)
-    ours = [s for s in dict.fromkeys((*SEARCHERS, default)) if any(s in r["ours"]["algorithms"] for r in report.values())]
-    head = (["table (near-optimal of all)", "random, exact"] + [f"`{s}`" if s == default else s.upper() for s in ours]
-            + list(figures) + [f"median: `{default}`"] + [f"median: {p}" for p in figures]
-            + [f"`{default}` / {p}" for p in figures])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def median(a: dict, budget: int) -> str:
-        m = a["median_evals_to_near_optimal"]
-        return f"more than {budget}" if m > budget else f"{m:g}"
-
-    for key, r in report.items():
-        algorithms = {**r["ours"]["algorithms"], **r["peer"]["algorithms"]}
-        budget = r["budget"]
-        row = [f"{r['title']} ({r['near_optimal']:,} of {r['size']:,})",
-               f"{r['ours']['random_expected_success_at'][budget - 1]:.2f}"]
-        row += [f"{algorithms[s]['success_at_budget']:.2f}" if s in algorithms else "" for s in [*ours, *figures]]
-        row += [median(algorithms[default], budget)] + [median(algorithms[p], budget) for p in figures]
-        row += [cell(f["ratios"][key]) for f in figures.values()]
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
-    lines += [f"- {line}" for line in summary_lines(report, default, bold=True)]
-    return "\n".join(lines)
-
-
-def first_peer(table: dict) -> str:
-    """The peer a table's "ratios" are against: the first of --peers (TPE in a run saved before --peers)."""
-    return next(iter(table.get("ratios_by_peer") or {PEER: None}))
-
-
-def plot(report: dict, default: str, path: Path, conditions: Conditions) -> Path:
-    """One panel per table: the share of seeds that have found a near-optimal configuration after k evaluations,
-    for each algorithm, each peer and random search's exact curve (dashed); the default and the first peer
-    (whose ratio the title gives) drawn heaviest."""
-    fig, axes = grid(len(report))
-    for ax, r in zip(axes, report.values()):
-        curves = {**r["ours"]["algorithms"], **r["peer"]["algorithms"]}
-        x = np.arange(1, r["budget"] + 1)
-        for label, a in curves.items():
-            lead = label in (default, first_peer(r))
-            ax.plot(x, a["success_at"], color=COLOURS.get(label.split("[")[0]), lw=2.0 if lead else 0.9,
-                    alpha=1.0 if lead else 0.6, label=label)
-        ax.plot(x, r["ours"]["random_expected_success_at"], color=COLOURS["random"], ls="--", lw=1.0,
-                label="random (exact)")
-        d = r["ratios"]["default"]
-        ratio = f"{default}/{first_peer(r)} {d['ratio']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
-        ax.set_title(f"{r['title']}\n{r['near_optimal']} of {r['size']:,} near-optimal; {ratio}", fontsize=8)
-        ax.set_ylim(0, 1.02)
-        ax.set_xlim(0, r["budget"])
-        ax.grid(alpha=0.3)
-    for ax in axes[::4]:
-        ax.set_ylabel("share of seeds at near-optimal")
-    for ax in axes[-4:]:
-        ax.set_xlabel("evaluations")
-    legend(fig, axes[0])
-    first = next(iter(report.values()))
-    seeds = len(first["peer"]["algorithms"][first_peer(first)]["evals_to_near_optimal"])
-    return save(fig, path, f"Success against evaluations, {seeds} seeds per table", conditions)
 
 
 if __name__ == "__main__":
