@@ -108,6 +108,16 @@ class HostUnavailable(Exception):
     measured again when it is resumed."""
 
 
+class DatasetError(ValueError):
+    """A table that cannot be read or sliced as asked; the message says which file and line."""
+
+
+class TableWarning(UserWarning):
+    """Something about a table that may be wrong but cannot be told from right (a cut last line). Here, not
+    beside the checks that raise it (runners/table_checks.py), so that the CLI can show it as one line without
+    importing pandas at start-up."""
+
+
 def raised(runner: str, error: BaseException) -> Measurement:
     """The FAILED measurement of a runner that raised instead of returning its failure."""
     log.error("runner %s raised", runner, exc_info=error)

@@ -12,17 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storetune.runners.base import Status
+from storetune.runners.base import DatasetError, Status
 
 _NON_FINITE = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity")
-
-
-class DatasetError(ValueError):
-    """A table that cannot be read or sliced as asked; the message says which file and line."""
-
-
-class TableWarning(UserWarning):
-    """Something about a table that may be wrong but cannot be told from right (a cut last line)."""
 
 
 IDENTIFIER_MIN_ROWS = 20  # a smaller table may well measure each value of a knob once

@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storetune.runners.base import Direction, Status, Workload, guess_direction
-from storetune.runners.table_checks import (  # noqa: F401 (DatasetError and TableWarning are this module's too)
-    DatasetError, TableWarning, check_cells, check_header, check_repeats, refuse_identifiers, show_cell, where_in_file)
+from storetune.runners.base import (  # noqa: F401 (DatasetError and TableWarning are this module's too)
+    DatasetError, Direction, Status, TableWarning, Workload, guess_direction)
+from storetune.runners.table_checks import (
+    check_cells, check_header, check_repeats, refuse_identifiers, show_cell, where_in_file)
 from storetune.runners.text import decode
 from storetune.search_spaces import Config, TableSpace, Value, infer_table_space, load_space
 

@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT
 
 LAYERS = ["search_spaces", "runners", "tuner", "api"]  # each may import only those before it
-HEAVY = ["torch", "stable_baselines3", "ray", "skopt", "sklearn", "deap", "gymnasium", "optuna"]
+HEAVY = ["torch", "stable_baselines3", "ray", "skopt", "sklearn", "deap", "gymnasium", "optuna", "pandas", "scipy",
+         "matplotlib", "plotly", "statsmodels"]  # each costs a CLI command from 0.3 s to seconds at its start
 # The rooms of tuner/, in order: each may import only the rooms before it (history, algorithms and execution
 # stand alone, below the rest).
 TUNER_ROOMS = {"history": set(), "algorithms": set(), "execution": set(), "objectives": {"history"},

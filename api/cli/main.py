@@ -23,7 +23,7 @@ from storetune.api.cli.progress import CampaignProgress
 from storetune.api.fields import cli_terms
 from storetune.extras import MissingExtra
 from storetune.runners import RUNNERS, HostUnavailable, make_runner
-from storetune.runners.tables import TableWarning
+from storetune.runners.base import TableWarning
 from storetune.tuner.objectives.objective import table_metric
 from storetune.search_spaces import format_config, list_spaces, load_space
 from storetune.tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary

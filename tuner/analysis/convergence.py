@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import hypergeom
 
 from storetune.search_spaces import Config
 from storetune.search_spaces.status import best_of, within_of_best
@@ -81,6 +80,8 @@ def success_curve(hits: Sequence[int | None], budget: int) -> list[float]:
 
 def random_success_curve(size: int, targets: int, budget: int) -> list[float]:
     """Random search without replacement, exactly: 1 - P(no target among k draws), hypergeometric."""
+    from scipy.stats import hypergeom  # here, not at the top: scipy.stats costs every CLI command half a second
+
     k = np.arange(1, budget + 1)
     return (1.0 - hypergeom.pmf(0, size, targets, k)).tolist()
 
