@@ -82,7 +82,7 @@ def _names_a_dead_process(pid_file: Path) -> bool:
 
 class PrivatePostgres:
     """A PostgreSQL server of the tests' own, in a temp folder naming its owner (so a later session can stop it
-    if this one is killed), listening on a Unix socket only; ``restart()`` is ``pg_ctl restart -m fast``, as an
+    if this one is killed), listening on a Unix socket only; ``restart()`` is ``pg_ctl stop -m fast`` then ``start``, as an
     operator restarts a server under live clients (``down_s``: kept stopped that long in between)."""
 
     def __init__(self) -> None:
@@ -126,9 +126,6 @@ class PrivatePostgres:
                 *args, action)
 
     def restart(self, down_s: float = 0) -> None:
-        if not down_s:
-            self.pg_ctl("restart", "-m", "fast")
-            return
         self.pg_ctl("stop", "-m", "fast")
         time.sleep(down_s)
         self.pg_ctl("start")
