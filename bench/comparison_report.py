@@ -19,6 +19,12 @@ SEARCHERS = ("sa", "ga", "bo")  # each must beat random search's exact success c
 PEER = "optuna-tpe"  # the peer of runs saved before --peers existed
 
 
+def ratios_by_peer(table: dict) -> dict[str, dict]:
+    """A table's default and best ratios to each peer, in --peers order; a run saved before --peers has TPE's
+    alone, as ``ratios``."""
+    return table.get("ratios_by_peer") or {PEER: table["ratios"]}
+
+
 def table_lines(r: dict) -> list[str]:
     """One table's figures as the run prints them when it finishes the table: per search the median evaluations
     to near-optimal with the IQR, the success at 50/100/200 and at the budget against random search's exact
@@ -39,7 +45,7 @@ def table_lines(r: dict) -> list[str]:
                      + "".join(f"{a['success_at'][k - 1]:>13.2f}" for k in marks) + f"{versus:>+11.2f}"
                      + (f"{'-':>18}" if a["ask_tell_ms_at_budget"] is None else f"{a['ask_tell_ms_at_budget']:>18.2f}"))
     lines.append(f"{'(random, exact)':<14}{'':>32}" + "".join(f"{random_exact[k - 1]:>13.2f}" for k in marks))
-    for name, roles in (r.get("ratios_by_peer") or {PEER: r["ratios"]}).items():
+    for name, roles in ratios_by_peer(r).items():
         lines += [f"ours/{name} ({role}: {d['algorithm']}, {d['measure']}): {d['ratio']:.2f}  95% CI "
                   f"[{d['low']:.2f}, {d['high']:.2f}]" for role, d in roles.items()]
     lines.append("wall time: ours " + ", ".join([f"{r['wall_s']['ours']:.0f} s"] + [
@@ -55,8 +61,8 @@ def peer_figures(report: dict, default: str) -> dict[str, dict]:
     and the tables where search matters that miss its target (TARGETS; a censored table's success ratio of 1
     or more)."""
     first = next(iter(report.values()))
-    peers = list(first.get("ratios_by_peer") or {PEER: None})  # a run saved before SMAC3 has TPE's alone
-    by_peer = {k: r.get("ratios_by_peer") or {PEER: r["ratios"]} for k, r in report.items()}
+    peers = list(ratios_by_peer(first))
+    by_peer = {k: ratios_by_peer(r) for k, r in report.items()}
     searched = [k for k, r in report.items() if r["budget"] < r["size"]]  # else success is 1 for all
     out = {}
     for name in peers:
@@ -155,7 +161,7 @@ def markdown(report: dict, default: str) -> str:
 
 def first_peer(table: dict) -> str:
     """The peer a table's "ratios" are against: the first of --peers (TPE in a run saved before --peers)."""
-    return next(iter(table.get("ratios_by_peer") or {PEER: None}))
+    return next(iter(ratios_by_peer(table)))
 
 
 def plot(report: dict, default: str, path: Path, conditions: Conditions) -> Path:
