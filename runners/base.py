@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from storetune.search_spaces import Config, InvalidConfig, SearchSpace
 from storetune.search_spaces.status import Direction, Status
+from storetune.runners.series import Series
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class Measurement:
     env: Mapping[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
     node: str | None = None  # the machine that measured it, set by the executor that ran the runner
+    series: Series | None = None  # what the run did interval by interval, where the benchmark says (fio's logs)
 
     @classmethod
     def failed(cls, status: Status, reason: str, **kw: Any) -> Measurement:

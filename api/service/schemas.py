@@ -128,6 +128,21 @@ class CampaignPublic(BaseModel):
         "the response that created the campaign."))
 
 
+class SteadyStatePublic(BaseModel):
+    reached: bool = Field(description="Whether any window of the run met the rule.")
+    from_s: float | None = Field(description="The start of the first window that met it (seconds into the run).")
+    rule: str
+
+
+class SeriesPublic(BaseModel):
+    """What the run did interval by interval (fio's per-second logs, summed over its jobs)."""
+
+    interval_s: float
+    ops_per_s: list[float] = Field(description="Operations a second, one value per interval from the run's start.")
+    mb_per_s: list[float] | None = Field(None, description="Megabytes (10^6 bytes) a second, per interval.")
+    steady: SteadyStatePublic | None = Field(None, description="Where ops/s settled, by SNIA PTS's steady-state rule.")
+
+
 class MeasurementPublic(BaseModel):
     repeat: int
     status: str
@@ -136,6 +151,8 @@ class MeasurementPublic(BaseModel):
     env: dict[str, Any]
     duration_s: float
     node: str | None = Field(None, description="The machine that measured it (a Ray node: host/node id).")
+    series: SeriesPublic | None = Field(None, description="The run's per-interval series, where its benchmark "
+                                                            "gives one (the device runner's fio runs).")
 
 
 class TrialPublic(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -22,8 +23,11 @@ from typing import Any
 
 from storetune.runners.device.personalities import Personality, filebench_wml, fio_job, job_version
 from storetune.runners.device.shell import CommandFailed, Shell
+from storetune.runners.series import Series, SeriesError, read_fio_logs
 
+logger = logging.getLogger(__name__)
 ENGINES = ("fio", "filebench")
+SERIES_MS = 1000  # fio's per-interval logs: one averaged value a second (log_avg_msec)
 FREE_SPACE_WATCH_S = 0.2  # how often a run's free space is sampled (FreeSpaceWatch)
 # What wraps the timed run alone (not the file layout before it), e.g. a block trace (runners/device/blktrace.py)
 TimedRun = Callable[[], AbstractContextManager[Any]]
@@ -111,33 +115,49 @@ def engine_version(shell: Shell, engine: str) -> str | None:
 
 
 def run_fio(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtime_s: float, seed: int,
-            timeout_s: float, timed: TimedRun | None = None, fio_args: Sequence[str] = ()) -> dict[str, float]:
-    """``timed`` wraps the timed run alone; ``fio_args`` are added to its command line (fio's own logs)."""
+            timeout_s: float, timed: TimedRun | None = None, fio_args: Sequence[str] = ()) -> tuple[dict[str, float], Series | None]:
+    """The run's metrics and its per-second series (fio's IOPS and bandwidth logs, averaged per second).
+    ``timed`` wraps the timed run alone; ``fio_args`` are added to its command line (fio's own logs)."""
     job = workdir / f"{p.name}.fio"
     shell.write_file(job, fio_job(p, mountpoint, runtime_s))  # the seed is recorded, not drawn from (fio_job)
     report = workdir / f"{p.name}.json"
     shell.run(["fio", "--create_only=1", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
     settle(shell)
+    logs = workdir / "series"
+    for old in workdir.glob("series_*.log") if not shell.dry_run else ():
+        old.unlink()  # the previous run's: fio appends to a log of the same name
+    # log_avg_msec averages every log fio writes: a run that asks for per-I/O latency logs (a traced run,
+    # runners/device/blktrace.py) keeps them per I/O and goes without the series
+    per_i_o = any(a.startswith("--write_lat_log") for a in fio_args)
+    per_second = [] if per_i_o else [f"--write_iops_log={logs}", f"--write_bw_log={logs}", f"--log_avg_msec={SERIES_MS}"]
     try:
         with (timed or nullcontext)(), FreeSpaceWatch(mountpoint) as watch:
-            result = shell.run(["fio", "--output-format=json", f"--output={report}", *fio_args, str(job)],
-                               timeout=timeout_s)
+            result = shell.run(["fio", "--output-format=json", f"--output={report}", *per_second, *fio_args,
+                                str(job)], timeout=timeout_s)
     except CommandFailed as e:  # fio 3.33 exits 1 when a job ends on ENOSPC ("io_u error ... No space left")
         if os.strerror(errno.ENOSPC) in e.result.stderr:
             raise EngineOutputError(f"fio ran out of space ({watch.explain()}): {e}", errno.ENOSPC) from None
         raise
     if shell.dry_run:
-        return {}
+        return {}, None
     # fio exits 0 even when some of its jobs could not run ("blocksize is larger than data set range")
     complaints = [line for line in result.stderr.splitlines() if line.startswith("fio:") and "note:" not in line]
     if complaints:
         raise EngineOutputError(f"fio: {len(complaints)} complaint(s), e.g. {complaints[0]}")
     try:
-        return parse_fio(report.read_text())
+        metrics = parse_fio(report.read_text())
     except EngineOutputError as e:
         if e.errno == errno.ENOSPC:
             raise EngineOutputError(f"{e} ({watch.explain()})", e.errno) from None
         raise
+    if per_i_o:
+        return metrics, None
+    try:
+        series = read_fio_logs(sorted(workdir.glob("series_*.log")), SERIES_MS)
+    except SeriesError as e:  # the run's figures stand without it: said, not failed
+        logger.warning("no per-second series for this run: %s", e)
+        series = None
+    return metrics, series
 
 
 def settle(shell: Shell) -> None:

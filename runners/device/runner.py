@@ -39,6 +39,7 @@ from storetune.runners.device.target import (
     DeviceError, RefusedSetting, Target, apply_queue, close_loop, current_queue_value, open_block, open_loop,
     require, restore_queue,
 )
+from storetune.runners.series import Series
 from storetune.runners.settings import DeviceSettings
 from storetune.search_spaces import Config, load_space
 
@@ -199,10 +200,11 @@ class DeviceRunner(RunnerBase):
             limits = dirty_limits(config, self.dirty_limit_mib)
             if limits:
                 env["dirty_mib"] = {"background": limits[0], "limit": limits[1]}
-            metrics = self._benchmark(str(mountpoint), workdir, seed, timings, limits)
+            metrics, series = self._benchmark(str(mountpoint), workdir, seed, timings, limits)
             timings["benchmark"] = round(time.monotonic() - bench_started - timings.get("host_lock_wait", 0.0)
                                          - timings.get("settle", 0.0), 3)
-            return Measurement(Status.SUCCEEDED, metrics, env=env, duration_s=time.monotonic() - started)
+            return Measurement(Status.SUCCEEDED, metrics, env=env, duration_s=time.monotonic() - started,
+                               series=series)
         except RefusedSetting as e:
             queue = None  # apply_queue restored what it had set
             return self._refused(str(e), env, started)
@@ -221,7 +223,7 @@ class DeviceRunner(RunnerBase):
             timings["teardown"] = round(time.monotonic() - teardown_started, 3)
 
     def _benchmark(self, mountpoint: str, workdir: Path, seed: int, timings: dict[str, float],
-                   limits: tuple[int, int] | None = None) -> dict[str, float]:
+                   limits: tuple[int, int] | None = None) -> tuple[dict[str, float], Series | None]:
         # Filebench's worker processes share memory at fixed addresses: with address-space randomisation on,
         # they hang after starting. That, and the dirty limits, are the host's: the run holds them exclusively.
         changes = bool(limits) or self.engine != "fio"
@@ -249,7 +251,7 @@ class DeviceRunner(RunnerBase):
                                self.timed, self.fio_args)
             held.enter_context(self._host_setting(host, ASLR, "0"))
             return run_filebench(self.shell, self.personality, mountpoint, workdir, self.runtime_s, self.timeout_s,
-                                 self.timed)
+                                 self.timed), None
 
     @contextmanager
     def _host_setting(self, host: HostSettings, path: Path, value: str, restore: Path | None = None) -> Iterator[None]:

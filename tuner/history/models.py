@@ -132,6 +132,8 @@ class MeasurementRecord(Base):
     duration_s: Mapped[float] = mapped_column(Float)
     node: Mapped[str | None] = mapped_column(String(200))  # the machine that measured it (a Ray node: its host and IP)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # the run interval by interval (runners.series.Series.to_dict: interval_s, ops_per_s, mb_per_s, steady)
+    series: Mapped[dict[str, Any] | None]
 
 
 class FingerprintRecord(Base):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from storetune.runners import HostUnavailable, Measurement, Runner, Status
+from storetune.runners.series import Series
 from storetune.search_spaces import Config, config_hash
 from storetune.search_spaces.status import loss as to_loss
 from storetune.tuner.algorithms.base import Tuner
@@ -190,7 +191,8 @@ def run_loop(
 
 
 def _measurements(t: TrialView) -> list[Measurement]:
-    return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s, m.node) for m in t.measurements or ()]
+    return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s, m.node,
+                        None if m.series is None else Series.from_dict(m.series)) for m in t.measurements or ()]
 
 
 def settle(trials: Sequence[TrialView], objective: Objective | MultiObjective, store: TrialStore) -> list[TrialView]:

@@ -1,0 +1,120 @@
+"""A measurement's per-interval series: fio's per-second logs read and checked, SNIA's steady-state rule, and the
+series kept in the history with its measurement."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from storetune.runners import Measurement, Status
+from storetune.runners.series import Series, SeriesError, read_fio_logs, steady_state
+from storetune.search_spaces import Config
+from storetune.tuner import History
+
+
+def write_log(path: Path, rows: list[tuple[int, float, int]]) -> Path:
+    path.write_text("".join(f"{ms}, {value:g}, {direction}, 0, 0\n" for ms, value, direction in rows))
+    return path
+
+
+def test_fio_logs_are_summed_over_threads_and_directions_per_second(tmp_path):
+    a = write_log(tmp_path / "series_iops.1.log", [(1004, 100, 0), (1004, 50, 1), (2004, 90, 0), (2004, 40, 1)])
+    b = write_log(tmp_path / "series_iops.2.log", [(1004, 10, 0), (2004, 20, 0), (3004, 30, 0)])  # ran longer
+    bw = write_log(tmp_path / "series_bw.1.log", [(1004, 1000, 0), (2004, 2000, 0)])
+    write_log(tmp_path / "series_bw.2.log", [(1004, 1000, 0), (2004, 1000, 0)])
+    early = write_log(tmp_path / "series_iops.3.log", [])  # a thread done before the first mark logs nothing
+    s = read_fio_logs([a, b, early, bw, tmp_path / "series_bw.2.log", tmp_path / "unrelated.log"])
+    # the third second: thread 1 logged the second but not it (the run ended before its mark), so it is left
+    # out rather than counting thread 1 as idle
+    assert s.values["ops_per_s"] == (160.0, 150.0)
+    assert s.values["mb_per_s"] == pytest.approx((2000 * 1024 / 1e6, 3000 * 1024 / 1e6))
+    assert s.interval_s == 1.0 and len(s) == 2 and s.seconds == 2.0
+    write_log(b, [(1004, 10, 0), (2004, 20, 0), (3004, 30, 0)])
+    write_log(a, [(1004, 100, 0)])  # ended in its second second: idle from then on, as fio counts it
+    assert read_fio_logs([a, b]).values["ops_per_s"] == (110.0, 20.0, 30.0)
+
+
+def test_a_log_line_that_does_not_parse_is_refused_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "series_iops.1.log"
+    path.write_text("1004, 100, 0, 0, 0\n2004, lots, 0, 0, 0\n")
+    with pytest.raises(SeriesError, match=r"series_iops\.1\.log: line 2: '2004, lots, 0, 0, 0' is not fio's"):
+        read_fio_logs([path])
+    path.write_text("1004, -5, 0, 0, 0\n")
+    with pytest.raises(SeriesError, match=r"line 1: -5.0 is not a rate"):
+        read_fio_logs([path])
+    with pytest.raises(SeriesError, match="no per-interval IOPS log among 0 file"):
+        read_fio_logs([])
+
+
+def test_a_series_with_a_non_finite_value_or_uneven_metrics_is_refused_naming_the_interval():
+    with pytest.raises(SeriesError, match=r"ops_per_s: interval 3 \(2-3 s\) is nan, not a finite number"):
+        Series(1.0, {"ops_per_s": (1.0, 2.0, math.nan)})
+    with pytest.raises(SeriesError, match="differ in length: ops_per_s 2, mb_per_s 1"):
+        Series(1.0, {"ops_per_s": (1.0, 2.0), "mb_per_s": (1.0,)})
+    with pytest.raises(SeriesError, match="positive number of seconds"):
+        Series(0.0, {"ops_per_s": (1.0,)})
+    with pytest.raises(SeriesError, match="needs interval_s"):
+        Series.from_dict({"ops_per_s": [1.0]})
+    with pytest.raises(SeriesError, match="holds numbers"):
+        Series.from_dict({"interval_s": 1, "ops_per_s": [1.0, "2"]})
+
+
+def test_steady_state_is_snia_s_rule_over_five_intervals():
+    warm = [10, 50, 90, 100, 101, 99, 100, 102, 98]
+    assert steady_state(warm).from_s == 2.0  # 90..101: range 11 of a mean of 98, flat enough
+    assert steady_state(warm, interval_s=2.0).from_s == 4.0
+    assert not steady_state([10, 20, 30, 40, 50, 60, 70]).reached  # a ramp never settles
+    assert not steady_state([100, 60, 100, 60, 100, 60]).reached  # flat on average, but a 50% range
+    assert not steady_state([100, 100, 100]).reached  # shorter than a window
+    assert not steady_state([100, 104, 108, 112, 116]).reached  # a 15% range, but a 15% excursion: the slope
+    assert steady_state([100, 104, 108, 104, 100]).reached  # the same range, no slope
+
+
+def test_the_mean_of_a_prefix_after_a_warm_up_is_what_a_shorter_run_would_say():
+    s = Series(1.0, {"ops_per_s": (10.0, 20.0, 30.0, 40.0)})
+    assert s.mean("ops_per_s", 2) == 15.0
+    assert s.mean("ops_per_s", 2, skip_s=1) == 25.0
+    with pytest.raises(SeriesError, match="asks for more than the series' 4 s"):
+        s.mean("ops_per_s", 4, skip_s=1)
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e9, allow_nan=False), min_size=1, max_size=40),
+       st.sampled_from([0.5, 1.0, 2.0]))
+def test_a_series_comes_back_from_what_the_history_keeps(values, interval):
+    s = Series(interval, {"ops_per_s": tuple(values)})
+    kept = s.to_dict()
+    assert Series.from_dict(kept) == s
+    assert kept["steady"]["reached"] == steady_state(values, interval).reached
+
+
+def test_the_history_keeps_a_measurement_s_series_and_gives_it_back(tmp_path):
+    from conftest import shared
+    from storetune.tuner import Campaign, CampaignSpec
+
+    history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    campaign = Campaign.create(history, CampaignSpec(runner="dataset", budget=1, runner_settings={
+        "dataset": str(shared("moot_configs/BDBC.csv"))})).id
+    trial = history.add_trials(campaign, [Config({"fs": "ext4"})], [1])[0]
+    series = Series(1.0, {"ops_per_s": (5.0, 100.0, 101.0, 99.0, 100.0, 100.0), "mb_per_s": (1.0,) * 6})
+    history.add_measurement(trial.id, 0, Measurement(Status.SUCCEEDED, {"ops_per_s": 84.2}, series=series))
+    history.add_measurement(trial.id, 1, Measurement(Status.SUCCEEDED, {"ops_per_s": 80.0}))  # a runner without one
+    first, second = history.trials(campaign, measurements=True)[0].measurements
+    assert Series.from_dict(first.series) == series
+    assert first.series["steady"] == {"reached": True, "from_s": 1.0, "rule": series.steady().rule}
+    assert second.series is None
+
+
+def test_the_rest_api_shows_a_measurement_s_series_with_its_steady_state():
+    from storetune.api.service.schemas import MeasurementPublic
+    from storetune.tuner.history.views import MeasurementView
+
+    series = Series(1.0, {"ops_per_s": (5.0, 100.0, 101.0, 99.0, 100.0, 100.0), "mb_per_s": (1.0,) * 6})
+    view = MeasurementView.of_measurement(0, Measurement(Status.SUCCEEDED, {"ops_per_s": 84.2}, series=series))
+    shown = MeasurementPublic(**view.__dict__).model_dump()["series"]
+    assert shown["ops_per_s"] == list(series.values["ops_per_s"]) and shown["interval_s"] == 1.0
+    assert shown["steady"]["reached"] and shown["steady"]["from_s"] == 1.0
+    assert MeasurementPublic(**MeasurementView.of_measurement(0, Measurement(Status.SUCCEEDED, {})).__dict__).series is None
