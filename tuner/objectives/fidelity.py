@@ -1,0 +1,102 @@
+"""Measure short, continue the promising: asynchronous successive halving (ASHA) over a run's length.
+
+A run is watched at its rungs, run lengths that grow by ``eta`` up to the full length. At each rung the
+run's mean so far is recorded; the run goes on only if it is in the best ``1/eta`` of the values recorded at
+that rung so far (itself included), so that about one run in ``eta`` reaches the next rung and one in
+``eta^(k-1)`` the full length. This is the stopping form of ASHA (Li et al., MLSys 2020) that Ray Tune's
+``ASHAScheduler`` implements: decisions need no other trial to finish, which suits asynchronous workers.
+Written here rather than taken from Ray Tune: its scheduler works on Tune's own trial objects and runner,
+not on a run that reports its seconds to our loop.
+
+The rule reads each run's value at each rung and nothing else, so it is the same offline (a dataset's
+per-second series) and on a device (a run's series as it grows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from storetune.search_spaces.status import Direction
+
+
+class RungError(ValueError):
+    """A rung schedule that cannot be used; the message names the values."""
+
+
+@dataclass(frozen=True)
+class Rungs:
+    """The run lengths (seconds) at which a run is judged, the last being the full length; and ``eta``, the
+    factor between them (about one run in ``eta`` is continued past each)."""
+
+    lengths: tuple[float, ...]
+    eta: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not self.lengths:
+            raise RungError("a rung schedule needs at least one run length")
+        if not (self.eta > 1 and math.isfinite(self.eta)):
+            raise RungError(f"eta must be a number above 1 (the factor between rungs), not {self.eta!r}")
+        if any(not (b > a) for a, b in zip(self.lengths, self.lengths[1:])) or self.lengths[0] <= 0:
+            raise RungError(f"rungs must be positive run lengths that grow: {', '.join(f'{x:g}' for x in self.lengths)} s")
+
+    @classmethod
+    def geometric(cls, full_s: float, eta: float = 3.0, min_s: float = 1.0) -> Rungs:
+        """``min_s``, ``min_s * eta``, ... below ``full_s``, then ``full_s``: the schedule ASHA uses. A rung
+        within a factor of sqrt(eta) of the full length is left out (30 s with eta 3: 1, 3, 9, 30, not 27)."""
+        if not (0 < min_s <= full_s):
+            raise RungError(f"the shortest rung ({min_s:g} s) must be positive and at most the run's length "
+                            f"({full_s:g} s)")
+        if not (eta > 1 and math.isfinite(eta)):
+            raise RungError(f"eta must be a number above 1 (the factor between rungs), not {eta!r}")
+        lengths, length = [], float(min_s)
+        while length < full_s - 1e-9:
+            lengths.append(length)
+            length *= eta
+        if len(lengths) > 1 and full_s / lengths[-1] < math.sqrt(eta):
+            lengths.pop()
+        return cls((*lengths, float(full_s)), eta)
+
+    @property
+    def full_s(self) -> float:
+        return self.lengths[-1]
+
+    def check(self, full_s: float, budget_s: float | None = None) -> None:
+        """Refuse a schedule that does not fit the run length, or a device-time budget that cannot pay for one
+        run at full length (one line naming the values)."""
+        if abs(self.full_s - full_s) > 1e-9:
+            raise RungError(f"the last rung ({self.full_s:g} s) must be the run's length ({full_s:g} s): rungs "
+                            f"{', '.join(f'{x:g}' for x in self.lengths)} s")
+        if budget_s is not None and budget_s < full_s:
+            raise RungError(f"a budget of {budget_s:g} device-seconds cannot pay for one run of {full_s:g} s")
+
+
+@dataclass
+class SuccessiveHalving:
+    """The rung records and the rule: ``judge(rung, value)`` records a run's value at a rung and says whether it
+    goes on. ``direction`` is the metric's (``max`` for ops/s)."""
+
+    rungs: Rungs
+    direction: Direction = "max"
+    recorded: list[list[float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.recorded = [list(r) for r in self.recorded] or [[] for _ in self.rungs.lengths]
+
+    def judge(self, rung: int, value: float) -> bool:
+        """Record ``value`` at ``rung`` (an index into the lengths) and say whether the run goes on to the next:
+        it does where it is in the best ``1/eta`` of the values recorded there (itself included). The last rung is
+        the full length: there is nothing to go on to."""
+        if not math.isfinite(value):
+            raise ValueError(f"a rung's value must be a finite number, not {value!r}")
+        values = self.recorded[rung]
+        values.append(float(value))
+        if rung == len(self.rungs.lengths) - 1:
+            return False
+        # the cutoff is the (1 - 1/eta) quantile for a maximised metric: the top 1/eta is at or above it
+        share = 1 - 1 / self.rungs.eta
+        if self.direction == "max":
+            return value >= float(np.quantile(values, share))
+        return value <= float(np.quantile(values, 1 - share))
