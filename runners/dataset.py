@@ -70,4 +70,23 @@ class DatasetRunner(RunnerBase):
             )
         i = int(np.random.default_rng(seed).integers(len(rows)))
         metrics = {m: float(v) for m, v in zip(self.table.metrics, rows[i]) if not np.isnan(v)}
-        return Measurement(Status.SUCCEEDED, metrics, env={**env, "repeat": i, "repeats": len(rows)})
+        series = self.table.series.get(config, (None,) * len(rows))[i]
+        return Measurement(Status.SUCCEEDED, metrics, env={**env, "repeat": i, "repeats": len(rows)}, series=series)
+
+    def measure_at(self, config: Config, workload: Workload, *, seed: int, seconds: float,
+                   skip_s: float = 0.0) -> Measurement:
+        """What a run of ``seconds`` after ``skip_s`` of warm-up would have said: the mean of those intervals of
+        the drawn repeat's series, for the metrics the series has (a shorter run reports no latency
+        percentiles here). A repeat without a series cannot answer: FAILED, with the reason."""
+        m = self.run(config, workload, seed=seed)
+        if m.status is not Status.SUCCEEDED:
+            return m
+        if m.series is None:
+            return Measurement.failed(Status.FAILED, f"{self.table.name} keeps no per-interval series for this "
+                                      "repeat: it can be replayed at its full length only", env=m.env)
+        try:
+            metrics = {k: m.series.mean(k, seconds, skip_s) for k in m.series.values}
+        except ValueError as e:
+            return Measurement.failed(Status.FAILED, str(e), env=m.env)
+        return Measurement(Status.SUCCEEDED, metrics, env={**m.env, "run_length_s": seconds, "skip_s": skip_s},
+                           duration_s=seconds, series=m.series)

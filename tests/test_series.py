@@ -118,3 +118,46 @@ def test_the_rest_api_shows_a_measurement_s_series_with_its_steady_state():
     assert shown["ops_per_s"] == list(series.values["ops_per_s"]) and shown["interval_s"] == 1.0
     assert shown["steady"]["reached"] and shown["steady"]["from_s"] == 1.0
     assert MeasurementPublic(**MeasurementView.of_measurement(0, Measurement(Status.SUCCEEDED, {})).__dict__).series is None
+
+
+def long_table(tmp_path: Path, rows: list[str]) -> Path:
+    path = tmp_path / "measurements.csv"
+    path.write_text("fs,block_size,repeat,status,reason,ops_per_s,series:ops_per_s,series:mb_per_s\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_a_long_table_s_series_columns_are_each_repeat_s_run_second_by_second(tmp_path):
+    from storetune.runners import make_runner
+
+    path = long_table(tmp_path, [
+        "ext4,4096,0,SUCCEEDED,,100,90 100 110,1 1 1",
+        "ext4,4096,1,SUCCEEDED,,120,110 120 130,2 2 2",
+        "xfs,4096,0,SUCCEEDED,,50,80 40 30,1 1 1",
+        "xfs,1024,0,SUCCEEDED,,60,,",  # a repeat measured without its series
+    ])
+    runner = make_runner("dataset", dataset=[str(path)])
+    assert "series:ops_per_s" not in runner.table.metrics and list(runner.table.metrics) == ["ops_per_s"]
+    ext4 = runner.space.validate({"fs": "ext4", "block_size": 4096})
+    full = runner.run(ext4, runner.workload, seed=0)
+    assert full.series is not None and full.metrics["ops_per_s"] in (100, 120)
+    short = runner.measure_at(ext4, runner.workload, seed=0, seconds=1, skip_s=1)  # the same repeat, its 2nd second
+    assert short.metrics == {"ops_per_s": full.series.values["ops_per_s"][1], "mb_per_s": full.series.values["mb_per_s"][1]}
+    assert short.duration_s == 1 and short.env["run_length_s"] == 1
+    # a fast start is not a fast run: the 1 s prefix ranks xfs above ext4, the whole run does not
+    xfs = runner.space.validate({"fs": "xfs", "block_size": 4096})
+    assert runner.measure_at(xfs, runner.workload, seed=0, seconds=1).metrics["ops_per_s"] == 80
+    assert runner.measure_at(xfs, runner.workload, seed=0, seconds=3).metrics["ops_per_s"] == 50
+    no_series = runner.measure_at(runner.space.validate({"fs": "xfs", "block_size": 1024}), runner.workload, seed=0,
+                                  seconds=1)
+    assert no_series.status is Status.FAILED and "keeps no per-interval series" in no_series.reason
+    too_long = runner.measure_at(ext4, runner.workload, seed=0, seconds=3, skip_s=1)
+    assert too_long.status is Status.FAILED and "asks for more than the series' 3 s" in too_long.reason
+
+
+def test_a_series_cell_that_is_not_numbers_is_refused_naming_the_line_and_interval(tmp_path):
+    from storetune.runners.tables import DatasetError, load_table
+
+    with pytest.raises(DatasetError, match=r"measurements\.csv: line 3: series:ops_per_s: interval 2 is 'inf', not a finite number"):
+        load_table([long_table(tmp_path, ["ext4,4096,0,SUCCEEDED,,100,90 100,1 1", "xfs,4096,0,SUCCEEDED,,50,80 inf,1 1"])])
+    with pytest.raises(DatasetError, match=r"line 2: a series' metrics differ in length: ops_per_s 2, mb_per_s 1"):
+        load_table([long_table(tmp_path, ["ext4,4096,0,SUCCEEDED,,100,90 100,1", "xfs,4096,0,SUCCEEDED,,50,80 70,1 1"])])
