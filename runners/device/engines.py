@@ -127,9 +127,10 @@ def run_fio(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtim
     for old in workdir.glob("series_*.log") if not shell.dry_run else ():
         old.unlink()  # the previous run's: fio appends to a log of the same name
     # log_avg_msec averages every log fio writes: a run that asks for per-I/O latency logs (a traced run,
-    # runners/device/blktrace.py) keeps them per I/O and goes without the series
-    per_i_o = any(a.startswith("--write_lat_log") for a in fio_args)
-    per_second = [] if per_i_o else [f"--write_iops_log={logs}", f"--write_bw_log={logs}", f"--log_avg_msec={SERIES_MS}"]
+    # runners/device/blktrace.py) keeps them per I/O and goes without the series; so does a run too short to
+    # hold two intervals (fio may log none of a 1 s run's)
+    no_series = any(a.startswith("--write_lat_log") for a in fio_args) or runtime_s * 1000 < 2 * SERIES_MS
+    per_second = [] if no_series else [f"--write_iops_log={logs}", f"--write_bw_log={logs}", f"--log_avg_msec={SERIES_MS}"]
     try:
         with (timed or nullcontext)(), FreeSpaceWatch(mountpoint) as watch:
             result = shell.run(["fio", "--output-format=json", f"--output={report}", *per_second, *fio_args,
@@ -150,7 +151,7 @@ def run_fio(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtim
         if e.errno == errno.ENOSPC:
             raise EngineOutputError(f"{e} ({watch.explain()})", e.errno) from None
         raise
-    if per_i_o:
+    if no_series:
         return metrics, None
     try:
         series = read_fio_logs(sorted(workdir.glob("series_*.log")), SERIES_MS)
