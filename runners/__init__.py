@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from storetune.runners.base import (
-    Direction, HostUnavailable, Measurement, Runner, RunnerBase, Status, Workload, guess_direction,
+    Direction, HostUnavailable, Measurement, Runner, RunnerBase, Status, WatchedRunner, Workload, guess_direction,
     host_environment, raised,
 )
 from storetune.runners.settings import SETTINGS, RunnerSettings, parse_settings, settings_model
@@ -66,6 +66,7 @@ __all__ = [
     "RunnerSettings",
     "SETTINGS",
     "Status",
+    "WatchedRunner",
     "Workload",
     "guess_direction",
     "host_environment",

@@ -8,7 +8,7 @@ import logging
 import os
 import platform
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -101,6 +101,25 @@ class Runner(Protocol):
     def close(self) -> None:
         """Release what the runner holds (a loop device); it may be used again afterwards."""
         ...
+
+
+# Whether a watched run goes on past a rung: the rung's index and what the run measured up to it.
+GoOn = Callable[[int, Mapping[str, float]], bool]
+
+
+@runtime_checkable
+class WatchedRunner(Protocol):
+    """A runner whose run can be judged as it goes and stopped at a rung (multi-fidelity search): the rungs are
+    run lengths in seconds, the last its full length. ``run_watched`` returns what the run measured up to where
+    it stopped, with ``run_length_s`` (and ``stopped_at_rung`` where ``go_on`` stopped it) in its environment
+    and the seconds it ran as its duration."""
+
+    def full_length_s(self) -> float:
+        """The length of a whole run: the last rung."""
+        ...
+
+    def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
+                    go_on: GoOn) -> Measurement: ...
 
 
 class HostUnavailable(Exception):

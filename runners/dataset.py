@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 
-from storetune.runners.base import Direction, Measurement, RunnerBase, Status, Workload
+from storetune.runners.base import Direction, GoOn, Measurement, RunnerBase, Status, Workload
 from storetune.runners.settings import DatasetSettings
 from storetune.runners.tables import Table, load_table
 from storetune.search_spaces import Config
@@ -72,6 +74,29 @@ class DatasetRunner(RunnerBase):
         metrics = {m: float(v) for m, v in zip(self.table.metrics, rows[i]) if not np.isnan(v)}
         series = self.table.series.get(config, (None,) * len(rows))[i]
         return Measurement(Status.SUCCEEDED, metrics, env={**env, "repeat": i, "repeats": len(rows)}, series=series)
+
+    def full_length_s(self) -> float:
+        """The shortest series the table keeps: every repeat can be replayed that long (0: no series)."""
+        lengths = [s.seconds for runs in self.table.series.values() for s in runs if s is not None]
+        return min(lengths, default=0.0)
+
+    def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
+                    go_on: GoOn) -> Measurement:
+        """The drawn repeat replayed rung by rung (``measure_at`` at each length): it stops where ``go_on`` says,
+        with what it measured up to there; a run that reaches the last rung is the whole run's measurement
+        (its metrics as recorded, latency percentiles too)."""
+        done: Measurement | None = None
+        for k, seconds in enumerate(rungs):
+            last = k == len(rungs) - 1
+            done = self.run(config, workload, seed=seed) if last else \
+                self.measure_at(config, workload, seed=seed, seconds=seconds)
+            if done.status is not Status.SUCCEEDED:
+                return done
+            if last:
+                return replace(done, env={**done.env, "run_length_s": seconds}, duration_s=seconds)
+            if not go_on(k, done.metrics):
+                return replace(done, env={**done.env, "stopped_at_rung": k})
+        raise ValueError("run_watched needs at least one rung")
 
     def measure_at(self, config: Config, workload: Workload, *, seed: int, seconds: float,
                    skip_s: float = 0.0) -> Measurement:

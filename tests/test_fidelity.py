@@ -61,3 +61,39 @@ def test_the_best_so_far_always_goes_on_and_a_strictly_worst_never_does(values, 
             assert went_on
         if seen and all(v < s for s in seen):
             assert not went_on
+
+
+def test_a_replayed_run_is_judged_at_each_rung_and_stops_where_told(tmp_path):
+    from storetune.runners import Status, WatchedRunner, make_runner
+    from storetune.tuner.objectives.fidelity import watchable
+
+    path = tmp_path / "measurements.csv"
+    path.write_text("fs,repeat,status,reason,ops_per_s,lat_p99_us,series:ops_per_s\n"
+                    "ext4,0,SUCCEEDED,,100,900,90 100 110\n"
+                    "xfs,0,SUCCEEDED,,50,300,80 40 30\n")
+    runner = make_runner("dataset", dataset=[str(path)])
+    assert isinstance(runner, WatchedRunner) and runner.full_length_s() == 3
+    rungs = Rungs((1, 3))
+    assert watchable(runner, rungs) is runner
+    xfs, ext4 = (runner.space.validate({"fs": fs}) for fs in ("xfs", "ext4"))
+    seen = []
+    stopped = runner.run_watched(xfs, runner.workload, seed=0, rungs=rungs.lengths,
+                                 go_on=lambda k, metrics: seen.append((k, metrics)) or False)
+    assert seen == [(0, {"ops_per_s": 80.0})]  # its first second: a fast start
+    assert stopped.status is Status.SUCCEEDED and stopped.metrics == {"ops_per_s": 80.0}
+    assert stopped.env["stopped_at_rung"] == 0 and stopped.duration_s == 1
+    whole = runner.run_watched(ext4, runner.workload, seed=0, rungs=rungs.lengths, go_on=lambda k, m: True)
+    assert whole.metrics == {"ops_per_s": 100.0, "lat_p99_us": 900.0}  # the whole run's figures, as recorded
+    assert whole.env["run_length_s"] == 3 and whole.duration_s == 3 and "stopped_at_rung" not in whole.env
+    with pytest.raises(RungError, match=r"the last rung \(10 s\) must be the run's length \(3 s\)"):
+        watchable(runner, Rungs((1, 10)))
+
+    plain = tmp_path / "plain.csv"
+    plain.write_text("fs,repeat,status,reason,ops_per_s\next4,0,SUCCEEDED,,100\nxfs,0,SUCCEEDED,,50\n")
+    with pytest.raises(RungError, match=r"the dataset runner on plain cannot measure short runs: its table keeps no "
+                                        r"per-interval series"):
+        watchable(make_runner("dataset", dataset=[str(plain)]), rungs)
+    command = make_runner("command", command="echo '{\"x\": 1}'", space="storage_v1")
+    with pytest.raises(RungError, match="the command runner on storage_v1 cannot measure short runs: it measures "
+                                        "whole runs only"):
+        watchable(command, rungs)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from storetune.runners import Runner, WatchedRunner
 from storetune.search_spaces.status import Direction
 
 
@@ -100,3 +101,17 @@ class SuccessiveHalving:
         if self.direction == "max":
             return value >= float(np.quantile(values, share))
         return value <= float(np.quantile(values, 1 - share))
+
+
+def watchable(runner: Runner, rungs: Rungs) -> WatchedRunner:
+    """``runner`` as one whose runs can be stopped at ``rungs``; refused with the reason where it cannot (a
+    command that does not stream its metrics, a replayed table without per-interval series) or where the
+    schedule does not fit its run length."""
+    full = runner.full_length_s() if isinstance(runner, WatchedRunner) else 0.0
+    if not full:
+        what = f"the {runner.name} runner on {runner.label()}"
+        why = ("its table keeps no per-interval series (series:<metric> columns): it can only be replayed whole"
+               if runner.name == "dataset" else "it measures whole runs only, with no run length to stop at")
+        raise RungError(f"{what} cannot measure short runs: {why}")
+    rungs.check(full)
+    return runner
