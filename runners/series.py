@@ -162,4 +162,6 @@ def read_fio_logs(paths: Sequence[Path], interval_ms: int = 1000) -> Series:
             length -= 1
         values[metric] = tuple(sum(t.get(i, 0.0) for t in threads.values()) * scale for i in range(length))
     length = min(len(v) for v in values.values())
+    if not length:
+        raise SeriesError("fio logged no whole interval (a run ended or interrupted within its first second or two)")
     return Series(interval_ms / 1000, {k: v[:length] for k, v in values.items()})

@@ -382,6 +382,29 @@ def test_a_fio_run_keeps_its_per_second_series_and_its_steady_state(loop_dir):
     assert leftovers(loop_dir) == NOTHING
 
 
+def test_a_watched_run_is_interrupted_at_the_rung_where_it_is_told_to_stop(loop_dir):
+    """fio reports every second; at the 2 s rung the run is judged on its ops/s so far and, told to stop, fio is
+    interrupted: the measurement is what it did in those seconds, and the device is freed at once."""
+    from storetune.runners import WatchedRunner
+
+    r = runner(loop_dir, workload="fileserver", runtime_s=8, fileset_mib=64, warmup_runs=0)
+    assert isinstance(r, WatchedRunner) and r.full_length_s() == 8
+    config = r.space.validate({"fs": "ext4"}, fill_defaults=True)
+    judged = []
+    stopped = r.run_watched(config, r.workload, seed=1, rungs=(2, 8),
+                            go_on=lambda k, metrics: judged.append((k, metrics)) or False)
+    whole = r.run_watched(config, r.workload, seed=1, rungs=(2, 8), go_on=lambda k, metrics: True)
+    r.close()
+    assert stopped.status is Status.SUCCEEDED, stopped.reason
+    assert [k for k, _ in judged] == [0] and judged[0][1]["ops_per_s"] > 0
+    assert stopped.env["stopped_at_rung"] == 0 and stopped.env["run_length_s"] == 2
+    # fio wrote its per-second logs up to the interruption: a second or two of the 8, or none whole
+    assert stopped.metrics["ops_per_s"] > 0 and (stopped.series is None or len(stopped.series) <= 3)
+    assert whole.status is Status.SUCCEEDED and "stopped_at_rung" not in whole.env and whole.env["run_length_s"] == 8
+    assert whole.env["timings_s"]["benchmark"] >= 8 and whole.series is not None and len(whole.series) >= 7
+    assert leftovers(loop_dir) == NOTHING
+
+
 def test_fileserver_fits_btrfs_on_the_default_device(loop_dir):
     """fio's appenders once preallocated 640 MiB: fileserver ran out of space on btrfs at 1 GiB."""
     r = runner(loop_dir, workload="fileserver", fileset_mib=256, loop_size_mib=1024)

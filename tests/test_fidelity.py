@@ -97,3 +97,24 @@ def test_a_replayed_run_is_judged_at_each_rung_and_stops_where_told(tmp_path):
     with pytest.raises(RungError, match="the command runner on storage_v1 cannot measure short runs: it measures "
                                         "whole runs only"):
         watchable(command, rungs)
+
+
+def test_fio_s_reports_each_second_are_read_line_by_line_and_the_last_is_the_run_s():
+    import json
+
+    from storetune.runners.device.engines import EngineOutputError, FioProgress
+
+    def report(elapsed: int, reads: int, writes: int) -> list[str]:
+        text = json.dumps({"fio version": "fio-3.33", "jobs": [{"elapsed": elapsed, "read": {"total_ios": reads},
+                                                                 "write": {"total_ios": writes}}]}, indent=2)
+        return [line + "\n" for line in text.splitlines()]
+
+    asked = []
+    stream = FioProgress(lambda seconds, ops: asked.append((seconds, ops)) or seconds < 2)
+    said = [stream.line(line) for line in ["note: a line before the JSON\n", *report(1, 60, 40), *report(2, 150, 90),
+                                           *report(3, 200, 100)]]
+    assert asked == [(1.0, 100.0), (2.0, 120.0)]  # told to stop at 2 s: asked no more
+    assert said[-1] is False and not stream.going
+    assert json.loads(stream.last())["jobs"][0]["elapsed"] == 3  # fio's final report, after the interruption
+    with pytest.raises(EngineOutputError, match="fio printed no report"):
+        FioProgress(lambda s, o: True).last()

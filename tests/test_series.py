@@ -48,6 +48,9 @@ def test_a_log_line_that_does_not_parse_is_refused_naming_the_file_and_line(tmp_
         read_fio_logs([path])
     with pytest.raises(SeriesError, match="no per-interval IOPS log among 0 file"):
         read_fio_logs([])
+    path.write_text("")  # a run interrupted before any thread's first mark
+    with pytest.raises(SeriesError, match="fio logged no whole interval"):
+        read_fio_logs([path])
 
 
 def test_a_series_with_a_non_finite_value_or_uneven_metrics_is_refused_naming_the_interval():

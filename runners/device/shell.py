@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,16 +72,51 @@ class Shell:
     def note(self, line: str) -> None:
         """A comment on what comes next, for a reader of the dry run; a real run has no reader."""
 
-    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            watch: Callable[[str], bool] | None = None) -> Result:
+        """``watch`` is given each line of the command's output as it comes; where it returns False, the command's
+        group is sent SIGINT once (fio then ends its jobs and prints its report) and the command is waited for."""
         started = time.monotonic()
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         entry = self.log.record_process(proc.pid) if self.log is not None else None
         try:
+            if watch is not None:
+                return self._watch(proc, argv, timeout, check, started, watch)
             return self._wait(proc, argv, timeout, check, started)
         finally:
             if entry is not None:
                 self.log.done(entry)
+
+    def _watch(self, proc: subprocess.Popen, argv: Sequence[str], timeout: float | None, check: bool,
+               started: float, watch: Callable[[str], bool]) -> Result:
+        """Read the output line by line (stderr in a thread, so neither pipe fills), as ``_wait`` otherwise."""
+        err: list[str] = []
+        reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+        reader.start()
+        out: list[str] = []
+        stopped = False
+        deadline = None if timeout is None else started + timeout
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                if not stopped and not watch(line):
+                    stopped = True
+                    os.killpg(proc.pid, signal.SIGINT)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(list(argv), timeout or 0)
+            proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            raise CommandTimeout(argv, timeout or 0) from None
+        except BaseException:
+            kill_group(proc)
+            raise
+        reader.join(timeout=5)
+        result = Result(tuple(argv), proc.returncode, "".join(out), "".join(err), time.monotonic() - started)
+        if check and not result.ok and not stopped:
+            raise CommandFailed(result)
+        return result
 
     def _wait(self, proc: subprocess.Popen, argv: Sequence[str], timeout: float | None, check: bool,
               started: float) -> Result:
@@ -124,7 +162,8 @@ class DryRunShell(Shell):
     def note(self, line: str) -> None:
         self._say(f"# {line}")
 
-    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            watch: Callable[[str], bool] | None = None) -> Result:
         self._say(shlex.join(argv))
         return Result(tuple(argv), 0, "", "", 0.0)
 
