@@ -114,4 +114,4 @@ class DatasetRunner(RunnerBase):
         except ValueError as e:
             return Measurement.failed(Status.FAILED, str(e), env=m.env)
         return Measurement(Status.SUCCEEDED, metrics, env={**m.env, "run_length_s": seconds, "skip_s": skip_s},
-                           duration_s=seconds, series=m.series)
+                           duration_s=seconds, series=m.series.head(skip_s + seconds))

@@ -82,6 +82,11 @@ class Series:
                               f"{self.seconds:g} s")
         return float(np.mean(values))
 
+    def head(self, seconds: float) -> Series:
+        """The run's first ``seconds`` (whole intervals): what a run stopped there recorded."""
+        count = max(1, int(round(seconds / self.interval_s)))
+        return Series(self.interval_s, {k: tuple(v[:count]) for k, v in self.values.items()})
+
     def to_dict(self) -> dict[str, Any]:
         """As the history keeps it, with its steady state."""
         steady = self.steady() if "ops_per_s" in self.values and len(self) else None

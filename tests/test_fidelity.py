@@ -118,3 +118,110 @@ def test_fio_s_reports_each_second_are_read_line_by_line_and_the_last_is_the_run
     assert json.loads(stream.last())["jobs"][0]["elapsed"] == 3  # fio's final report, after the interruption
     with pytest.raises(EngineOutputError, match="fio printed no report"):
         FioProgress(lambda s, o: True).last()
+
+
+def _series_table(path, seed=0):
+    """A replayed table of 60 configurations whose per-second series start with a burst (a page cache filling)
+    that says little of the steady rate: the rate is the configuration's, plus noise."""
+    rng = np.random.default_rng(seed)
+    lines = ["a,b,repeat,status,reason,ops_per_s,series:ops_per_s"]
+    for a in range(10):
+        for b in range(6):
+            rate = 1000 - 40 * (a - 6) ** 2 - 25 * (b - 2) ** 2
+            burst = rng.uniform(0, 3000)
+            series = [rate + burst if t == 0 else rate * rng.normal(1, 0.02) for t in range(9)]
+            lines.append(f"{a},{b},0,SUCCEEDED,,{np.mean(series):.3f},{' '.join(f'{v:.3f}' for v in series)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_loop_with_rungs_stops_runs_short_and_counts_their_device_seconds(tmp_path, workers):
+    """Asynchronous successive halving in the campaign loop, here and in worker processes: every run is judged at
+    each rung against all the others' on one board (the driver's, or a manager's for the pool), the short ones are
+    STOPPED with why, the device-seconds are their run lengths, and the algorithm is never told a short run's
+    early burst as a value better than a whole run's."""
+    from storetune.runners import Status, make_runner
+    from storetune.tuner.algorithms.registry import make_tuner
+    from storetune.tuner.execution.local import LocalExecutor, ProcessExecutor
+    from storetune.tuner.history.memory import MemoryStore
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import run_loop
+
+    runner = make_runner("dataset", dataset=[str(_series_table(tmp_path / "measurements.csv"))])
+    rungs = Rungs((1, 3, 9))
+    tuner = make_tuner("random", runner.space, seed=0, direction="max")
+    executor = LocalExecutor() if workers == 1 else ProcessExecutor(workers)
+    store = MemoryStore()
+    try:
+        outcome = run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective("ops_per_s", "max"),
+                           store=store, budget=45, repeats=1, batch_size=workers, seed=0, executor=executor,
+                           fidelity=rungs)
+    finally:
+        executor.close()
+    trials = store.trials(measurements=True)
+    assert outcome.evaluated == 45 and len(trials) == 45
+    lengths = [t.measurements[0].env["run_length_s"] for t in trials]
+    stopped = [t for t in trials if t.status == Status.STOPPED.value]
+    whole = [t for t in trials if t.status == Status.SUCCEEDED.value]
+    assert set(lengths) <= {1, 3, 9} and len(stopped) + len(whole) == 45
+    assert 45 / 9 <= len(whole) <= 45 / 2  # about one in eta past each rung; the first runs all go on
+    assert all(t.value is None and t.reason.startswith("stopped after ") and "of 9 (rung " in t.reason for t in stopped)
+    assert all(t.measurements[0].env["run_length_s"] == 9 for t in whole)
+    assert outcome.device_s == sum(lengths) < 0.6 * 45 * 9
+    # one board for all: every run judged at the first rung, and at the next as many as went on past the first (at
+    # the last, the full length, nothing is left to judge)
+    assert outcome.judged == [45, sum(x > 1 for x in lengths), 0]
+    # what the algorithm was told (a loss: lower is better): no short run better than the worst whole run before it
+    told = {o.config: o.loss for o in tuner.observations}
+    loss = {t.number: told[runner.space.validate(t.config)] for t in trials}
+    bursts = [t for t in stopped if t.measurements[0].metrics["ops_per_s"] > min(-loss[w.number] for w in whole)]
+    assert bursts, "the table's bursts should put some short runs above a whole run"
+    for t in bursts:
+        before = [loss[w.number] for w in whole if w.number < t.number - workers]  # finished before it started
+        assert loss[t.number] == -t.measurements[0].metrics["ops_per_s"] or loss[t.number] >= max(before)
+
+
+def test_tune_with_asha_spends_device_seconds_and_shows_each_run_s_length_and_seconds(sqlite_url, tmp_path):
+    """`storetune tune --fidelity asha --budget-seconds` on a replayed table with per-second series: it stops when
+    the device-seconds are spent, records the schedule, and `trials` shows how long each run ran, why a run
+    stopped, and its metric second by second."""
+    import json
+
+    from conftest import run_cli
+    from storetune.tuner.history.store import History
+
+    table = _series_table(tmp_path / "measurements.csv")
+    out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", "--budget-seconds", "80", "--seed", "1",
+                  "--json", db=sqlite_url, check=True)
+    summary = json.loads(out.stdout.splitlines()[-1])
+    record = History(sqlite_url).campaign(summary["campaign"])
+    assert record.fidelity == {"kind": "asha", "rungs": [1.0, 3.0, 9.0], "eta": 3.0, "budget_s": 80.0}
+    trials = History(sqlite_url).trials(summary["campaign"], measurements=True)
+    spent = sum(t.measurements[0].env["run_length_s"] for t in trials)
+    assert 80 <= spent < 80 + 9 and spent - trials[-1].measurements[0].env["run_length_s"] < 80
+    assert "device-seconds was spent" in summary["note"] and len(trials) < 60
+    assert {t.status for t in trials} == {"SUCCEEDED", "STOPPED"}
+    shown = run_cli("trials", str(summary["campaign"]), db=sqlite_url, check=True, env={"COLUMNS": "250"}).stdout
+    assert "ops_per_s per second" in shown and "1/9 s" in shown and "9/9 s" in shown and "█▁▁" in shown
+    assert "stopped after 1 s of 9 (rung 1 of 3)" in shown
+
+
+def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is_one_line(sqlite_url, tmp_path):
+    from conftest import run_cli
+
+    plain = tmp_path / "plain.csv"
+    plain.write_text("fs,repeat,status,reason,ops_per_s\next4,0,SUCCEEDED,,100\nxfs,0,SUCCEEDED,,50\n")
+    out = run_cli("tune", "--dataset", str(plain), "--budget", "2", "--fidelity", "asha", db=sqlite_url)
+    assert out.returncode == 2, out.stderr
+    assert "the dataset runner on plain cannot measure short runs: its table keeps no per-interval series" in out.stderr
+    table = _series_table(tmp_path / "measurements.csv")
+    for args, said in ((["--min-run", "20"], "the shortest rung (20 s) must be positive and at most the run's length "
+                                            "(9 s)"),
+                       (["--budget-seconds", "5"], "a budget of 5 device-seconds cannot pay for one run of 9 s"),
+                       (["--eta", "1"], "eta must be a number above 1"),
+                       (["--max-repeats", "3"], "does not combine with an objective over several metrics or with "
+                                               "adaptive repeats")):
+        out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", *args, db=sqlite_url)
+        assert out.returncode == 2 and said in " ".join(out.stderr.split()), (args, out.stderr)
+    assert "campaign" not in run_cli("campaigns", db=sqlite_url).stdout.lower().replace("no campaigns", "")

@@ -399,3 +399,21 @@ def test_an_embedded_ray_leaves_the_users_home_alone(sqlite_url, bdbc, tmp_path)
     assert json.loads(out.stdout.splitlines()[-1])["executor"]["kind"] == "ray"
     left = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     assert left == [], left
+
+
+def test_asha_on_ray_judges_every_run_on_one_actor_and_stops_the_hopeless(sqlite_url, tmp_path):
+    """Multi-fidelity search with Ray tasks: each task judges its run at the rungs on the campaign's actor, so
+    runs on different workers are ranked against each other; the stopped ones end early and free their worker."""
+    from test_fidelity import _series_table
+
+    table = _series_table(tmp_path / "measurements.csv")
+    out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", "--budget", "30", "--parallel", "2",
+                  "--executor", "ray", "--seed", "2", "--json", db=sqlite_url, check=True, env={"RAY_ADDRESS": ""})
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["executor"]["kind"] == "ray"
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert len(trials) == 30 and all(m.env["executor"] == "ray" for m in measurements)
+    lengths = Counter(m.env["run_length_s"] for m in measurements)
+    assert set(lengths) <= {1, 3, 9} and lengths[1] > 0 and lengths[9] > 0
+    stopped = [t for t in trials if t.status == "STOPPED"]
+    assert len(stopped) == lengths[1] + lengths[3] and 30 / 2 <= len(stopped) < 30

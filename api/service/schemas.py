@@ -55,6 +55,15 @@ class CampaignCreate(BaseModel):
     executor: Literal["local", "ray"] | None = Field(None, description=(
         "Where its trials are measured: the service's Ray cluster, or the service's own machine (default: the "
         "cluster when the service has one, GET /cluster)."))
+    fidelity: Literal["none", "asha"] = Field("none", description=(
+        "asha: judge each run at rungs of its length (min_run_s, x eta, ... up to the whole run) and stop those not "
+        "in the best 1/eta there (STOPPED trials); none: every benchmark runs whole. For runners with a run length: "
+        "the device runner with fio, a table with per-second series."))
+    eta: float = Field(3.0, gt=1, le=100, description="fidelity asha: the factor between rungs.")
+    min_run_s: float = Field(1.0, gt=0, description="fidelity asha: the shortest rung, in seconds.")
+    budget_s: float | None = Field(None, gt=0, description=(
+        "Device-seconds to spend: no trial starts once the runs took this long (their run lengths). Without "
+        "budget, evaluations are then limited by it alone."))
 
 
 class ParetoPoint(BaseModel):
@@ -112,6 +121,9 @@ class CampaignPublic(BaseModel):
     seed: int
     repeats: int
     max_repeats: int | None = None
+    fidelity: dict[str, Any] | None = Field(None, description=(
+        "Multi-fidelity search: kind (asha), the rungs in seconds (the last the whole run), eta, and budget_s, the "
+        "device-seconds to spend."))
     parallel: int
     warm_start: str
     fixed: dict[str, Any]

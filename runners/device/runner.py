@@ -191,6 +191,8 @@ class DeviceRunner(RunnerBase):
             m = self.run(config, workload, seed=seed)
         finally:
             self._progress = None
+        if m.status is not Status.SUCCEEDED:  # refused, crashed or timed out: its duration says what it took
+            return m
         reached = rungs[stopped[0]] if stopped else rungs[-1]
         return replace(m, env={**m.env, "run_length_s": reached, **({"stopped_at_rung": stopped[0]} if stopped else {})})
 

@@ -11,13 +11,13 @@ import logging
 import os
 import socket
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from storetune.runners import HostUnavailable, Measurement, Runner, Status, Workload, raised
+from storetune.runners import HostUnavailable, Measurement, Runner, Status, WatchedRunner, Workload, raised
 from storetune.search_spaces import Config
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,21 @@ log = logging.getLogger(__name__)
 Recorder = Callable[["Job", int, Measurement], None]
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@runtime_checkable
+class Board(Protocol):
+    """Where the runs of one campaign are judged at their rungs (multi-fidelity search): the driver's record itself
+    (tuner/objectives/fidelity.py's SuccessiveHalving), or a handle on it from another process (``Executor.board``),
+    so that every run is judged against every other wherever it is measured."""
+
+    def judge(self, rung: int, value: float) -> bool:
+        """Record a run's ``value`` at ``rung`` (an index into the run lengths) and say whether it goes on."""
+        ...
+
+    def counts(self) -> list[int]:
+        """How many runs were judged at each rung."""
+        ...
 
 
 class ExecutorLost(Exception):
@@ -55,12 +70,16 @@ def on_node(measurements: list[Measurement], node: str) -> list[Measurement]:
 @dataclass(frozen=True)
 class Job:
     """One trial to measure: its configuration and one seed per repeat. A re-measurement (adaptive
-    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has."""
+    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has. With ``rungs``
+    (multi-fidelity search), each run is watched: judged by its ``metric`` at each rung on the campaign's board,
+    and stopped where the board says."""
 
     trial_id: int
     config: Config
     seeds: tuple[int, ...]
     first_repeat: int = 0
+    rungs: tuple[float, ...] | None = None  # run lengths in seconds, the last the whole run
+    metric: str | None = None
 
 
 def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
@@ -71,14 +90,14 @@ def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
 
 
 def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | None = None,
-            node: str | None = None) -> list[Measurement]:
-    """Run the job's repeats, stopping at the first that does not succeed; each names ``node`` (default:
-    this machine) as the one that measured it."""
+            node: str | None = None, board: Board | None = None) -> list[Measurement]:
+    """Run the job's repeats, stopping at the first that does not succeed (or is stopped at a rung); each names
+    ``node`` (default: this machine) as the one that measured it. A job with rungs is judged on ``board``."""
     node = node or this_node()
     out: list[Measurement] = []
     for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
         try:  # RunnerBase.run raises only HostUnavailable; a runner that only follows the protocol may raise more
-            m = runner.run(job.config, workload, seed=seed)
+            m = _run(runner, workload, job, seed, board)
         except HostUnavailable:
             raise
         except Exception as e:
@@ -90,6 +109,26 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
         if m.status is not Status.SUCCEEDED:
             break
     return out
+
+
+def _run(runner: Runner, workload: Workload, job: Job, seed: int, board: Board | None) -> Measurement:
+    if job.rungs is None:
+        return runner.run(job.config, workload, seed=seed)
+    if board is None or job.metric is None or not isinstance(runner, WatchedRunner):
+        raise ValueError("a job with rungs needs a watched runner, a metric and a board to judge it on")
+    metric = job.metric
+
+    def go_on(rung: int, metrics: Mapping[str, float]) -> bool:
+        # a run that does not report the metric cannot be ranked: it goes on whole
+        return metric not in metrics or board.judge(rung, float(metrics[metric]))
+
+    m = runner.run_watched(job.config, workload, seed=seed, rungs=job.rungs, go_on=go_on)
+    if m.status is not Status.SUCCEEDED or "stopped_at_rung" not in m.env:
+        return m
+    rung = int(m.env["stopped_at_rung"])
+    return dataclasses.replace(m, status=Status.STOPPED, reason=(
+        f"stopped after {job.rungs[rung]:g} s of {job.rungs[-1]:g} (rung {rung + 1} of {len(job.rungs)}): the runs "
+        "judged there did better"))
 
 
 class Stream(Protocol):
@@ -128,8 +167,15 @@ class Executor(Protocol):
         """What ran the campaign, for its summary."""
         ...
 
-    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
-        """Where the loop submits jobs and takes them back as they finish."""
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
+               board: Board | None = None) -> Stream:
+        """Where the loop submits jobs and takes them back as they finish; jobs with rungs are judged on ``board``
+        (one of this executor's ``board``)."""
+        ...
+
+    def board(self, halving: Board) -> Board:
+        """The campaign's ``SuccessiveHalving`` where this executor's workers can reach it: itself here, a proxy
+        or an actor elsewhere. Released by ``close``."""
         ...
 
     def run(
@@ -202,12 +248,12 @@ def worker_runner(name: str, settings: dict) -> tuple[str, Runner]:
 
 
 def worker_measure(name: str, settings: dict, workload: Workload, job: Job,
-                   node: str | None = None) -> list[Measurement]:
+                   node: str | None = None, board: Board | None = None) -> list[Measurement]:
     """A job in a worker process, with its worker's runner, except that one that holds a disk is
     closed after each job (idle workers live on, and would keep a loop device attached)."""
     key, runner = worker_runner(name, settings)
     try:
-        return measure(runner, workload, job, node=node)
+        return measure(runner, workload, job, node=node, board=board)
     finally:
         if runner.resources():
             _WORKER_RUNNERS.pop(key).close()

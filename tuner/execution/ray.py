@@ -232,7 +232,16 @@ class RayExecutor:
         return max(min(slots), 1)
 
     # --- the executor seam ------------------------------------------------------------------------
-    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> _RayStream:
+    def board(self, halving: Any) -> _ActorBoard:
+        """The campaign's rung record as a Ray actor (no CPU: it only keeps lists), which the tasks judge their
+        runs on wherever they run; it ends with the driver's connection."""
+        ray = self._ray()
+        actor = ray.remote(num_cpus=0, max_restarts=0)(type(halving)).remote(
+            halving.rungs, halving.direction, halving.recorded)
+        return _ActorBoard(actor)
+
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
+               board: Any = None) -> _RayStream:
         """Jobs as Ray tasks; measurements are recorded here, by the only writer."""
         ray = self._ray()
         if runner.name not in self._fitted:
@@ -240,7 +249,7 @@ class RayExecutor:
         needed = runner.resources()
         options = dict(num_cpus=0 if needed else 1, resources=needed or None, max_retries=self.max_retries,
                        retry_exceptions=False)
-        return _RayStream(self, ray, (ray.remote(_measure_task), options), runner, workload, record)
+        return _RayStream(self, ray, (ray.remote(_measure_task), options), runner, workload, record, board)
 
     def run(self, runner: Runner, workload: Workload, jobs: Sequence[Job],
             record: Recorder | None = None) -> Iterator[tuple[Job, list[Measurement]]]:
@@ -296,8 +305,9 @@ class _RayStream:
     one-CPU nodes: 8% of a one-second evaluation); with the hint, under 2 ms."""
 
     def __init__(self, executor: RayExecutor, ray: Any, task: tuple[Any, dict[str, Any]], runner: Runner,
-                 workload: Workload, record: Recorder | None):
+                 workload: Workload, record: Recorder | None, board: Any = None):
         self.executor, self.ray, self.task, self.workload, self.record = executor, ray, task, workload, record
+        self.board = board
         self.name, self.settings = runner.name, runner.settings()
         self._refs: dict[Any, Job] = {}
         self._freed: list[str] = []  # nodes where a job of this stream just finished
@@ -312,7 +322,8 @@ class _RayStream:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(self._freed.pop(), soft=True)}
-        self._refs[function.options(**options).remote(self.name, self.settings, self.workload, job)] = job
+        board = self.board if job.rungs is not None else None
+        self._refs[function.options(**options).remote(self.name, self.settings, self.workload, job, board)] = job
 
     def next(self) -> tuple[Job, list[Measurement]]:
         ref = self.executor._wait(self.ray, list(self._refs))
@@ -345,10 +356,28 @@ def node_name(node_id: str) -> str:
     return f"{socket.gethostname()}/{node_id[:6]}"
 
 
-def _measure_task(name: str, settings: dict, workload: Workload, job: Job) -> tuple[list[Measurement], str]:
+def _measure_task(name: str, settings: dict, workload: Workload, job: Job,
+                  board: Any = None) -> tuple[list[Measurement], str]:
     """One job in a Ray worker, as in a pool worker; its measurements name the node."""
     node = _node()
-    return [_with_node(m, node) for m in worker_measure(name, settings, workload, job)], node
+    return [_with_node(m, node) for m in worker_measure(name, settings, workload, job, board=board)], node
+
+
+class _ActorBoard:
+    """A task's handle on the campaign's rung record (a Ray actor): one call a rung."""
+
+    def __init__(self, actor: Any):
+        self.actor = actor
+
+    def judge(self, rung: int, value: float) -> bool:
+        import ray
+
+        return bool(ray.get(self.actor.judge.remote(rung, value)))
+
+    def counts(self) -> list[int]:
+        import ray
+
+        return list(ray.get(self.actor.counts.remote()))
 
 
 def _with_node(m: Measurement, node: str) -> Measurement:

@@ -54,6 +54,8 @@ class CampaignRecord(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     repeats: Mapped[int]
     max_repeats: Mapped[int | None]  # adaptive repeats: a challenger is re-measured up to this many runs
+    # multi-fidelity search: {"kind": "asha", "rungs": [s, ...], "eta": 3, "budget_s": s or null}; null: whole runs
+    fidelity: Mapped[dict[str, Any] | None]
     # a weighted, lexicographic or Pareto objective over several metrics (None: objective_metric alone)
     objective: Mapped[dict[str, Any] | None]
     batch_size: Mapped[int]

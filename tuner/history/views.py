@@ -104,6 +104,7 @@ class CampaignView:
     objective: dict[str, Any] | None = None  # several metrics: weighted, lexicographic or Pareto
     executor: dict[str, Any] | None = None  # where its trials are measured (``executor.kind``: local or ray)
     resolved_params: dict[str, Any] | None = None  # every hyperparameter as resolved at creation
+    fidelity: dict[str, Any] | None = None  # multi-fidelity: ASHA's rungs and eta, and a device-seconds budget
 
     @property
     def adaptive(self) -> bool:

@@ -15,12 +15,13 @@ per-second series) and on a device (a run's series as it grows).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from storetune.runners import Runner, WatchedRunner
-from storetune.search_spaces.status import Direction
+from storetune.search_spaces.status import Direction, better
 
 
 class RungError(ValueError):
@@ -64,6 +65,11 @@ class Rungs:
     def full_s(self) -> float:
         return self.lengths[-1]
 
+    def stop_reason(self, rung: int) -> str:
+        """Why a run stopped at ``rung`` (an index) was stopped, as its trial says."""
+        return (f"stopped after {self.lengths[rung]:g} s of {self.full_s:g} (rung {rung + 1} of {len(self.lengths)}): "
+                f"not in the best 1/{self.eta:g} of the runs measured that long")
+
     def check(self, full_s: float, budget_s: float | None = None) -> None:
         """Refuse a schedule that does not fit the run length, or a device-time budget that cannot pay for one
         run at full length (one line naming the values)."""
@@ -102,16 +108,46 @@ class SuccessiveHalving:
             return value >= float(np.quantile(values, share))
         return value <= float(np.quantile(values, 1 - share))
 
+    def counts(self) -> list[int]:
+        """How many runs were judged at each rung."""
+        return [len(r) for r in self.recorded]
+
+
+def told_value(value: float, full_values: Sequence[float], direction: Direction) -> float:
+    """What the search algorithm is told of a stopped run: its value at the rung, but never better than the worst run
+    measured at full length. A short run's mean is no full run's (warm-up, a page cache still filling): told as it is,
+    an early burst would be taken for the best. Optuna's TPE ranks its pruned trials below its complete ones the same
+    way; the rung's value keeps the model's sense of how bad."""
+    if not full_values:
+        return value
+    worst = min(full_values, key=lambda v: -v if direction == "min" else v)
+    return worst if better(value, worst, direction) else value
+
+
+FIDELITIES = ("none", "asha")  # whole runs only; asynchronous successive halving over the run's length
+
 
 def watchable(runner: Runner, rungs: Rungs) -> WatchedRunner:
     """``runner`` as one whose runs can be stopped at ``rungs``; refused with the reason where it cannot (a
     command that does not stream its metrics, a replayed table without per-interval series) or where the
     schedule does not fit its run length."""
+    rungs.check(_full_length(runner))
+    return runner  # type: ignore[return-value]  # _full_length refused any other
+
+
+def schedule(runner: Runner, eta: float = 3.0, min_s: float = 1.0, budget_s: float | None = None) -> Rungs:
+    """ASHA's rungs for ``runner``'s runs (``Rungs.geometric`` up to its full length), checked against a
+    device-seconds budget; refused with the reason for a runner that cannot stop a run short."""
+    rungs = Rungs.geometric(_full_length(runner), eta, min_s)
+    rungs.check(rungs.full_s, budget_s)
+    return rungs
+
+
+def _full_length(runner: Runner) -> float:
     full = runner.full_length_s() if isinstance(runner, WatchedRunner) else 0.0
     if not full:
         what = f"the {runner.name} runner on {runner.label()}"
         why = ("its table keeps no per-interval series (series:<metric> columns): it can only be replayed whole"
                if runner.name == "dataset" else "it measures whole runs only, with no run length to stop at")
         raise RungError(f"{what} cannot measure short runs: {why}")
-    rungs.check(full)
-    return runner
+    return full

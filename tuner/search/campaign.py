@@ -22,9 +22,10 @@ from storetune.tuner.analysis.summary import CampaignSummary, evaluations
 from storetune.tuner.execution.jobs import Executor, ExecutorLost
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.history.store import History
+from storetune.tuner.objectives.fidelity import FIDELITIES, Rungs, schedule, told_value
 from storetune.tuner.objectives.intensify import check_max_repeats
 from storetune.tuner.history.memory import MemoryStore
-from storetune.tuner.search.loop import TrialResult, _measurements, run_loop, settle, trial_seed
+from storetune.tuner.search.loop import TrialResult, _measurements, run_loop, run_seconds, settle, trial_seed
 from storetune.tuner.history.views import CampaignView, TrialView
 from storetune.tuner.objectives.objective import MultiObjective, Objective, campaign_objective, resolve_objective
 from storetune.tuner.algorithms.base import Tuner
@@ -63,6 +64,12 @@ class CampaignSpec:
     # the near-optimal configurations of the nearest fingerprinted workloads (tuner.workloads)
     warm_start: str = "none"
     fixed: Mapping[str, Any] = field(default_factory=dict)  # parameters pinned to one value (--fix)
+    # multi-fidelity search: "asha" judges each run at rungs min_run_s, min_run_s * eta, ... up to its full length
+    # and stops those not in the best 1/eta there (tuner/objectives/fidelity.py); "none" runs every benchmark whole
+    fidelity: str = "none"
+    eta: float = 3.0
+    min_run_s: float = 1.0
+    budget_s: float | None = None  # stop starting trials once the runs took this many device-seconds
 
 
 class InvalidSpec(ValueError):
@@ -73,6 +80,7 @@ class InvalidSpec(ValueError):
         self.field = field
 
 
+UNBOUNDED_EVALUATIONS = 1_000_000  # a device-seconds budget alone: the device time limits, or the space's size
 SEED_LIMIT = 2**63  # seeds are stored as signed 64-bit integers (SQLite, PostgreSQL's bigint)
 
 
@@ -158,7 +166,7 @@ class Campaign:
                 raise InvalidSpec(field, f"the {name} must be at least 1, not {value}")
         checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
         size = runner.space.cardinality() if runner.space.finite else None
-        if size is not None and spec.budget > size:
+        if size is not None and spec.budget > size and spec.budget_s is None:  # with device-seconds: capped at create
             pins = f" with {', '.join(f'{k}={v}' for k, v in spec.fixed.items())}" if spec.fixed else ""
             raise InvalidSpec("budget",
                               f"a budget of {spec.budget} is more than the {size} configurations of "
@@ -172,6 +180,7 @@ class Campaign:
                 raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
                                             f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
                                             "its hyperparameter per_stratum")
+        checked("fidelity", lambda: _fidelity(spec, runner, objective))
         return runner, objective, tuner
 
     @classmethod
@@ -202,13 +211,15 @@ class Campaign:
             objective_metric=objective.metric,
             objective_direction=objective.direction,
             objective=objective.spec() if isinstance(objective, MultiObjective) else None,
-            budget=spec.budget,
+            budget=spec.budget if spec.budget_s is None or not runner.space.finite else
+            min(spec.budget, runner.space.cardinality()),
             seed=spec.seed,
             repeats=spec.repeats,
             max_repeats=spec.max_repeats,
             batch_size=spec.batch_size,
             warm_start=spec.warm_start,
             fixed={k: runner.space[k].default for k in spec.fixed},
+            fidelity=_fidelity(spec, runner, objective),
             origin=origin,
             state=state,
             executor={"kind": executor_kind or (executor.kind if executor is not None else "local")},
@@ -259,13 +270,21 @@ class Campaign:
             self.tuner.measure_first(similar["first"])
         adaptive = rec.adaptive
         pareto = self.objective.kind == "pareto"
-        trials = history.trials(rec.id, measurements=adaptive or pareto)
+        trials = history.trials(rec.id, measurements=adaptive or pareto or bool(rec.fidelity))
         if adaptive:
             trials = settle(trials, self.objective, history)
+        whole: list[float] = []  # multi-fidelity: the values of the runs measured at full length so far
         for t in trials:  # what this campaign measured already (after a crash or an interrupt)
+            if t.status == Status.STOPPED.value:  # told as the loop told it: its rung value, below every whole run
+                short = [m.metrics[rec.objective_metric] for m in t.measurements or () if rec.objective_metric in m.metrics]
+                if short:
+                    self.tuner.tell(Config(t.config), told_value(sum(short) / len(short), whole, rec.objective_direction))
+                    continue
             if Status(t.status).terminal:
                 vector = self.objective.vector(_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
                 self.tuner.tell(Config(t.config), t.value, Status(t.status), vector)
+                if t.status == Status.SUCCEEDED.value and t.value is not None:
+                    whole.append(t.value)
         retried = {t.retry_of for t in trials if t.retry_of is not None}
         stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
         queue: list[TrialView] = [t for t in trials if t.status == Status.PENDING.value]
@@ -292,7 +311,11 @@ class Campaign:
                 on_trial=on_trial,
                 stop=lambda: history.cancel_requested(rec.id),
                 max_repeats=rec.max_repeats,
-                finished=[t for t in trials if Status(t.status).terminal] if adaptive else (),
+                finished=[t for t in trials if Status(t.status).terminal] if adaptive or rec.fidelity else (),
+                fidelity=None if not rec.fidelity or rec.fidelity["kind"] != "asha" else
+                Rungs(tuple(rec.fidelity["rungs"]), rec.fidelity["eta"]),
+                budget_s=(rec.fidelity or {}).get("budget_s"),
+                device_s=run_seconds([m for t in trials for m in _measurements(t)]) if rec.fidelity else 0.0,
             )
         except KeyboardInterrupt:
             history.mark_stale(rec.id, STALE_REASON)
@@ -328,6 +351,22 @@ class Campaign:
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
         return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
+
+
+def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiObjective) -> dict[str, Any] | None:
+    """The campaign's multi-fidelity schedule as recorded, after the checks: a runner that can stop a run at a rung
+    (its run length), a schedule that fits it and a device-seconds budget that pays for one whole run."""
+    if spec.budget_s is not None and not spec.budget_s > 0:
+        raise ValueError(f"a budget of {spec.budget_s:g} device-seconds: it must be above 0")
+    if spec.fidelity not in FIDELITIES:
+        raise ValueError(f"fidelity {spec.fidelity!r}: choose {' or '.join(FIDELITIES)}")
+    if spec.fidelity == "none":
+        return None if spec.budget_s is None else {"kind": "none", "budget_s": spec.budget_s}
+    if isinstance(objective, MultiObjective) or spec.max_repeats is not None:
+        raise ValueError("fidelity asha judges each run by one metric: it does not combine with an objective over "
+                         "several metrics or with adaptive repeats (max_repeats)")
+    rungs = schedule(runner, spec.eta, spec.min_run_s, spec.budget_s)
+    return {"kind": "asha", "rungs": list(rungs.lengths), "eta": rungs.eta, "budget_s": spec.budget_s}
 
 
 def record_fingerprint(history: History, runner: Runner) -> dict[str, Any] | None:

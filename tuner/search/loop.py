@@ -18,6 +18,7 @@ from storetune.search_spaces.status import loss as to_loss
 from storetune.tuner.algorithms.base import Tuner
 from storetune.tuner.execution.jobs import Executor, Job, repeat_seeds
 from storetune.tuner.execution.local import LocalExecutor
+from storetune.tuner.objectives.fidelity import Rungs, SuccessiveHalving, told_value
 from storetune.tuner.objectives.intensify import Standing, incumbent, next_remeasure
 from storetune.tuner.objectives.objective import MultiObjective, Objective
 from storetune.tuner.history.views import TrialStore, TrialView
@@ -47,6 +48,13 @@ class LoopOutcome:
     note: str | None = None  # why the loop stopped before the budget
     stopped: bool = False  # ``stop`` asked the loop to drain (a cancel)
     overhead_s: list[float] = field(default_factory=list)  # the algorithm's ask+tell time per evaluation
+    device_s: float = 0.0  # the seconds the runs ran (their run lengths, short ones too), this loop's
+    judged: list[int] = field(default_factory=list)  # multi-fidelity: the runs judged at each rung
+
+
+def run_seconds(measurements: Sequence[Measurement]) -> float:
+    """The device time runs took: each one's run length where it says (watched runs), else its duration."""
+    return sum(float(m.env.get("run_length_s", m.duration_s)) for m in measurements)
 
 
 def trial_seed(campaign_seed: int, config: Config) -> int:
@@ -74,6 +82,9 @@ def run_loop(
     on_start: Callable[[int, Config], None] | None = None,
     max_repeats: int | None = None,
     finished: Sequence[TrialView] = (),
+    fidelity: Rungs | None = None,
+    budget_s: float | None = None,
+    device_s: float = 0.0,
 ) -> LoopOutcome:
     """Spend the budget: ``queue`` holds trials to measure before asking for new ones (those
     pending or re-run after a crash), ``evaluated`` the finished trials that already count.
@@ -90,14 +101,25 @@ def run_loop(
     drains (the trials in flight are recorded; none is started) and returns with ``stopped`` set.
     When a job raises HostUnavailable (the host cannot measure now), the loop drains the same way, after
     withdrawing what the stream can of the jobs submitted (``Stream.drop_queued``), and raises: the trials
-    left running are the campaign's to re-run."""
+    left running are the campaign's to re-run.
+
+    With ``fidelity`` (multi-fidelity search, tuner/objectives/fidelity.py), each run is judged at its rungs
+    against the others' and stopped short where it is not in their best 1/eta: the trial is STOPPED, and the
+    algorithm is told its value at the rung, never better than the worst full-length run (``told_value``).
+    ``budget_s`` stops starting trials once the runs have taken that many device-seconds (run lengths), with
+    ``device_s`` taken already (a resume's)."""
     executor = executor or LocalExecutor()
-    outcome = LoopOutcome(evaluated)
+    outcome = LoopOutcome(evaluated, device_s=device_s)
     queue = list(queue)
+    if fidelity is not None and (max_repeats is not None or not isinstance(objective, Objective)):
+        raise ValueError("multi-fidelity search judges runs by one metric, one run each: it does not combine with "
+                         "adaptive repeats or an objective over several metrics")
     races = None if max_repeats is None else _Races(objective, max_repeats, finished)
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
+    board = None if fidelity is None else executor.board(SuccessiveHalving(fidelity, objective.direction))
+    full_values = [t.value for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
-        job.trial_id, repeat, m))
+        job.trial_id, repeat, m), board=board)
     batches = not executor.asynchronous or tuner.whole_batches
     in_flight: dict[int, TrialView] = {}
     ask_share: dict[int, float] = {}
@@ -108,6 +130,7 @@ def run_loop(
         while (host_error is None and not (outcome.stopped or exhausted)
                and len(in_flight) + len(starting) < batch_size
                and outcome.evaluated + len(in_flight) + len(starting) < budget
+               and (budget_s is None or outcome.device_s < budget_s)
                and not (batches and in_flight)):
             if not starting and stop is not None and stop():
                 outcome.stopped = True
@@ -139,6 +162,9 @@ def run_loop(
                 done = 0 if races is None else races.runs(t.id)
                 if done:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, done + 1)[done:], first_repeat=done)
+                elif fidelity is not None:
+                    job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats), rungs=fidelity.lengths,
+                              metric=objective.metric)  # type: ignore[union-attr]  # one metric: checked above
                 else:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats))
                 stream.submit(job)
@@ -160,13 +186,24 @@ def run_loop(
         if races is not None:
             measurements = races.add(trial, measurements)
         status, value, reason = objective.outcome(measurements)
+        if status is Status.STOPPED and fidelity is not None:
+            reason = fidelity.stop_reason(int(measurements[-1].env["stopped_at_rung"]))
         store.finish_trial(job.trial_id, status, value, reason)
+        outcome.device_s += run_seconds(measurements[job.first_repeat:] if races is None else measurements[-1:])
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
+        told, told_status = value, status
+        if status is Status.STOPPED:  # the algorithm learns how bad, never that it beat a whole run
+            metric = objective.metric  # type: ignore[union-attr]  # one metric: checked above
+            short = float(np.mean([m.metrics[metric] for m in measurements if metric in m.metrics] or [np.nan]))
+            if np.isfinite(short):
+                told, told_status = told_value(short, full_values, objective.direction), Status.SUCCEEDED
+        elif fidelity is not None and status is Status.SUCCEEDED and value is not None:
+            full_values.append(value)
         started = time.perf_counter()
         if job.first_repeat:
-            tuner.retell(job.config, value, status, vector)
+            tuner.retell(job.config, told, told_status, vector)
         else:
-            tuner.tell(job.config, value, status, vector)
+            tuner.tell(job.config, told, told_status, vector)
         if races is not None:
             races.finish(trial.id, value if status is Status.SUCCEEDED else None)
         outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
@@ -181,10 +218,15 @@ def run_loop(
             duration = sum(m.duration_s for m in measurements[job.first_repeat:])
             on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
                                  budget, best_value, tuner.warm_started, len(measurements), job.first_repeat > 0))
+    if board is not None:
+        outcome.judged = list(board.counts())
     if host_error is not None:
         raise host_error
     if outcome.stopped:
         outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
+    elif budget_s is not None and outcome.device_s >= budget_s:
+        outcome.note = (f"the budget of {budget_s:g} device-seconds was spent after {outcome.evaluated} evaluations "
+                        f"({outcome.device_s:.0f} s)")
     elif exhausted:
         outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
     return outcome
