@@ -73,7 +73,9 @@ class DatasetRunner(RunnerBase):
         i = int(np.random.default_rng(seed).integers(len(rows)))
         metrics = {m: float(v) for m, v in zip(self.table.metrics, rows[i]) if not np.isnan(v)}
         series = self.table.series.get(config, (None,) * len(rows))[i]
-        return Measurement(Status.SUCCEEDED, metrics, env={**env, "repeat": i, "repeats": len(rows)}, series=series)
+        # a repeat with a series replays a run that long: its device-seconds (a replay takes no time of its own)
+        return Measurement(Status.SUCCEEDED, metrics, env={**env, "repeat": i, "repeats": len(rows)},
+                           duration_s=0.0 if series is None else series.seconds, series=series)
 
     def full_length_s(self) -> float:
         """The shortest series the table keeps: every repeat can be replayed that long (0: no series)."""

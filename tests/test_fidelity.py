@@ -225,3 +225,55 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
         out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", *args, db=sqlite_url)
         assert out.returncode == 2 and said in " ".join(out.stderr.split()), (args, out.stderr)
     assert "campaign" not in run_cli("campaigns", db=sqlite_url).stdout.lower().replace("no campaigns", "")
+
+
+def _series_dataset(folder, seed=5):
+    """A dataset folder of two workloads' 30-second series: 60 configurations, 2 repeats, a start 1.6x faster than
+    the steady rate (the same for all: it does not change their ranks), 5% noise a second."""
+    import json
+
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    lines = ["workload,a,b,repeat,status,reason,ops_per_s,series:ops_per_s"]
+    for workload, shift in (("fileserver", 0), ("varmail", 3)):
+        for a in range(10):
+            for b in range(6):
+                rate = 1300 - 40 * (a - 6 + shift) ** 2 - 25 * (b - 2) ** 2
+                for r in range(2):
+                    series = [rate * (1.6 if t < 3 else 1) * rng.normal(1, 0.05) for t in range(30)]
+                    lines.append(f"{workload},{a},{b},{r},SUCCEEDED,,{np.mean(series):.3f},"
+                                 + " ".join(f"{v:.3f}" for v in series))
+    (folder / "measurements.csv").write_text("\n".join(lines) + "\n")
+    (folder / "manifest.json").write_text(json.dumps({"format": "long", "files": ["measurements.csv"],
+                                                      "workloads": ["fileserver", "varmail"], "series_interval_s": 1}))
+    return folder
+
+
+def test_the_multifidelity_benchmark_counts_device_seconds_for_every_contestant(tmp_path):
+    """bench/multifidelity.py on a small dataset of series: the keys the issue names, each contestant within the
+    budget it was given, short runs only where a pruner or ASHA stops them, and the rank correlation of t-second
+    means with the whole runs' (near 1 here, where every start is alike)."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    pytest.importorskip("optuna")
+    folder = _series_dataset(tmp_path / "ts")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "multifidelity.py"), "--dataset", str(folder),
+                          "--seeds", "3", "--workers", "2", "--budget-runs", "10", "--json"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert {"asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "rank_correlation"} <= set(result)
+    assert set(result["rank_correlation"]) == {"fileserver", "varmail"}
+    assert all(0.9 < rho <= 1 for w in result["rank_correlation"].values() for rho in w.values())
+    for workload in result["workloads"].values():
+        assert workload["budget_s"] == 300 and workload["run_s"] == 30
+        figures = workload["contestants"]
+        assert set(figures) == {"auto", "random", "auto+asha", "optuna-hyperband", "optuna-wilcoxon"}
+        assert figures["auto"]["evaluations"] == figures["random"]["evaluations"] == 10  # 10 whole runs of 30 s
+        assert figures["auto"]["stopped"] == 0 and figures["auto+asha"]["stopped"] > 0
+        assert figures["auto+asha"]["evaluations"] > 10 and figures["optuna-wilcoxon"]["evaluations"] == 5
+        assert all(s["median_s"] is None or s["median_s"] <= 300 for s in figures.values())

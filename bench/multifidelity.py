@@ -1,0 +1,342 @@
+"""Measure short, promote the promising: device-seconds to a near-optimal configuration, offline, on a table of
+per-second series (a dataset measured with `storetune sweep` at a long run length, e.g. datasets/loop-storage-ts).
+
+    .venv/bin/python bench/multifidelity.py --dataset datasets/loop-storage-ts --seeds 100 --workers 2 --json
+
+Each evaluation replays one drawn repeat of the configuration (the dataset runner): at a run length t, the mean of
+its first t seconds; whole, the repeat's recorded figures. The contestants, each given the same device-seconds:
+- ``auto`` at full length, and random search at full length (``tune`` as it is by default);
+- ``auto`` with ASHA over the run length (``tune --fidelity asha``: rungs ``min_run``, x ``eta``, ... the whole run);
+- Optuna's TPE with its ``HyperbandPruner``, told each second's mean as an intermediate value (the natural peer);
+- Optuna's TPE with its ``WilcoxonPruner`` over repeats, told each whole repeat as a step.
+A seed succeeds once it has measured a near-optimal configuration *at full length* (a run stopped short has not
+shown that it is one); near-optimal is judged on each configuration's full-length mean over all its repeats. Its
+cost is the device-seconds spent until then (every run's length, short ones too). At the end of the budget, the
+configuration a contestant reports (its best whole run) is checked against the same truth.
+
+Also printed: the Spearman correlation, per workload, between each configuration's mean over its first t seconds
+and its full-length mean (both over its repeats), for t = 1, 3 and 10: whether short runs rank as long ones do.
+Evaluation counts and device-seconds do not depend on the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+CONTESTANTS = ("auto", "random", "auto+asha", "optuna-hyperband", "optuna-wilcoxon")
+RANK_LENGTHS = (1, 3, 10)
+
+
+@dataclass(frozen=True)
+class Task:
+    dataset: str
+    workload: str
+    contestant: str
+    seed: int
+    budget_s: float
+    eta: float
+    min_run_s: float
+    metric: str
+    direction: str
+    targets: frozenset  # near-optimal configurations (full-length mean over every repeat)
+
+
+@dataclass
+class Run:
+    workload: str
+    contestant: str
+    seed: int
+    hit_s: float | None  # device-seconds spent when a near-optimal configuration was first measured whole
+    spent_s: float
+    evaluations: int
+    reported_near_optimal: bool  # the best whole run at the end is a near-optimal configuration
+    stopped: int = 0  # runs stopped short
+    notes: list[str] = field(default_factory=list)
+
+
+def runner_for(dataset: str, workload: str, metric: str) -> Any:
+    from storetune.runners import make_runner
+
+    return make_runner("dataset", dataset=[dataset], context={"workload": workload}, metric=metric)
+
+
+def run_task(task: Task) -> Run:
+    """One seed of one contestant on one workload, in a worker process."""
+    from storetune.tuner.execution.jobs import worker_runner
+
+    _, runner = worker_runner("dataset", {"dataset": [task.dataset], "context": {"workload": task.workload},
+                                          "metric": task.metric})
+    if task.contestant.startswith("optuna"):
+        return _optuna(task, runner)
+    return _ours(task, runner)
+
+
+def _ours(task: Task, runner: Any) -> Run:
+    from storetune.search_spaces import Config
+    from storetune.tuner.algorithms.registry import make_tuner
+    from storetune.tuner.history.memory import MemoryStore
+    from storetune.tuner.objectives.fidelity import schedule
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import TrialResult, run_loop
+
+    algorithm = task.contestant.split("+")[0]
+    tuner = make_tuner(algorithm, runner.space, seed=task.seed, direction=task.direction)
+    rungs = schedule(runner, task.eta, task.min_run_s) if task.contestant.endswith("+asha") else None
+    store, hit, spent = MemoryStore(), [], [0.0]
+
+    def on_trial(result: TrialResult) -> None:  # device-seconds as they are spent (a trial's run length)
+        trial = store.trials(measurements=True)[result.number]
+        spent[0] += sum(m.env.get("run_length_s", m.duration_s) for m in trial.measurements or ())
+        if not hit and result.status.value == "SUCCEEDED" and Config(result.config) in task.targets:
+            hit.append(spent[0])
+
+    outcome = run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective(task.metric, task.direction),
+                       store=store, budget=10**6, repeats=1, batch_size=1, seed=task.seed, on_trial=on_trial,
+                       fidelity=rungs, budget_s=task.budget_s)
+    trials = store.trials()
+    whole = [t for t in trials if t.status == "SUCCEEDED" and t.value is not None]
+    best = (max if task.direction == "max" else min)(whole, key=lambda t: t.value) if whole else None
+    return Run(task.workload, task.contestant, task.seed, hit[0] if hit else None, outcome.device_s, len(trials),
+               best is not None and Config(best.config) in task.targets, sum(t.status == "STOPPED" for t in trials))
+
+
+def _optuna(task: Task, runner: Any) -> Run:
+    """Optuna's TPE, with a pruner, on the table: each proposal snapped to a configuration the table holds, as the
+    suite's TPE peer does (bench/optuna_tpe.py), then measured with the pruner watching."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from optuna_tpe import OptunaTPE
+    from storetune.search_spaces import Config
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    full = runner.full_length_s()
+    repeats = max(len(r) for r in runner.table.series.values())
+    if task.contestant == "optuna-hyperband":
+        pruner: Any = optuna.pruners.HyperbandPruner(min_resource=max(1, int(task.min_run_s)), max_resource=int(full),
+                                                     reduction_factor=int(task.eta))
+    else:
+        pruner = optuna.pruners.WilcoxonPruner(p_threshold=0.1)
+    sign = 1.0 if task.direction == "min" else -1.0  # the study minimises a loss
+
+    class Pruned(OptunaTPE):
+        def _make_study(self) -> Any:
+            return optuna.create_study(direction="minimize", pruner=pruner,
+                                       sampler=optuna.samplers.TPESampler(seed=self.seed))
+
+    tuner = Pruned(runner.space, seed=task.seed, direction=task.direction)
+    spent, hit, evaluations, stopped, whole = 0.0, None, 0, 0, {}
+    while spent < task.budget_s:
+        configs = tuner.ask(1)
+        if not configs:
+            break
+        config = configs[0]
+        trial = tuner._asked_trials.pop(config, None)  # None: a proposal moved to another configuration (snapped)
+        seed = task.seed * 1_000_003 + evaluations
+        evaluations += 1
+        if task.contestant == "optuna-hyperband":
+            values: list[float] = []
+
+            def go_on(k: int, metrics: Any) -> bool:
+                values.append(metrics[task.metric])
+                if trial is None:
+                    return True
+                trial.report(sign * metrics[task.metric], step=k + 1)
+                return not trial.should_prune()
+
+            m = runner.run_watched(config, runner.workload, seed=seed, rungs=tuple(range(1, int(full) + 1)), go_on=go_on)
+            spent += m.env.get("run_length_s", m.duration_s)
+            pruned = "stopped_at_rung" in m.env
+            value = None if m.status.value != "SUCCEEDED" else m.metrics.get(task.metric)
+        else:  # whole repeats, one step each, up to the table's repeats
+            pruned, runs = False, []
+            for r in range(repeats):
+                m = runner.run(config, runner.workload, seed=seed + r)
+                spent += m.duration_s or full
+                if m.status.value != "SUCCEEDED":
+                    break
+                runs.append(m.metrics[task.metric])
+                if trial is not None:
+                    trial.report(sign * runs[-1], step=r)
+                    if r < repeats - 1 and trial.should_prune():
+                        pruned = True
+                        break
+            value = float(np.mean(runs)) if runs else None
+        if pruned:
+            stopped += 1
+            tuner._study.tell(trial, state=TrialState.PRUNED)  # TPE ranks it below the complete trials
+            tuner.reserve([config])  # never proposed again
+            continue
+        if trial is not None:
+            tuner._asked_trials[config] = trial
+        tuner.tell(config, value)
+        if value is not None:
+            whole[config] = value
+            if hit is None and Config(config) in task.targets:
+                hit = spent
+    best = (max if task.direction == "max" else min)(whole, key=whole.get) if whole else None
+    return Run(task.workload, task.contestant, task.seed, hit, spent, evaluations,
+               best is not None and best in task.targets, stopped)
+
+
+def rank_correlation(runner: Any, metric: str, lengths: Sequence[int] = RANK_LENGTHS) -> dict[str, float | None]:
+    """Spearman's rho between each configuration's mean over its first t seconds and its full-length mean, both
+    over its repeats (scipy's spearmanr)."""
+    from scipy.stats import spearmanr
+
+    full = runner.table.means(metric)
+    out: dict[str, float | None] = {}
+    for t in lengths:
+        short, whole = [], []
+        for config, series in runner.table.series.items():
+            kept = [s for s in series if s is not None and metric in s.values and s.seconds >= t]
+            if kept and config in full:
+                short.append(float(np.mean([s.mean(metric, t) for s in kept])))
+                whole.append(full[config])
+        rho = spearmanr(short, whole).statistic if len(short) > 2 else math.nan
+        out[str(t)] = None if not np.isfinite(rho) else round(float(rho), 3)
+    return out
+
+
+def median_ci(values: Sequence[float], rng: np.random.Generator, draws: int = 2000) -> tuple[float, float, float]:
+    """The median, with a bootstrap 95% interval."""
+    a = np.asarray(values, dtype=float)
+    boot = np.median(rng.choice(a, size=(draws, len(a))), axis=1)
+    return float(np.median(a)), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+
+
+def summarize(runs: Sequence[Run], budget_s: float) -> dict[str, Any]:
+    """Per contestant: success (share of seeds that found a near-optimal configuration within the budget), the
+    median device-seconds to find one (a seed that did not counts as more than the budget), and how often the
+    reported best is near-optimal."""
+    rng = np.random.default_rng(0)
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(r.contestant for r in runs):
+        mine = [r for r in runs if r.contestant == name]
+        cost = [r.hit_s if r.hit_s is not None else 2 * budget_s for r in mine]
+        median, low, high = median_ci(cost, rng)
+        out[name] = {"seeds": len(mine), "success": round(sum(r.hit_s is not None for r in mine) / len(mine), 3),
+                     "median_s": median if median <= budget_s else None, "ci_s": [low, high],
+                     "reported_near_optimal": round(sum(r.reported_near_optimal for r in mine) / len(mine), 3),
+                     "evaluations": float(np.median([r.evaluations for r in mine])),
+                     "stopped": float(np.median([r.stopped for r in mine]))}
+    return out
+
+
+def ratio(a: dict[str, Any], b: dict[str, Any], budget_s: float) -> float | None:
+    """Median device-seconds of ``a`` over ``b``'s (a median beyond the budget counts as twice the budget)."""
+    x, y = (s["median_s"] if s["median_s"] is not None else 2 * budget_s for s in (a, b))
+    return round(x / y, 3) if y else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="datasets/loop-storage-ts", help="A long table with series:<metric> "
+                        "columns (a folder with a manifest, or its measurements.csv).")
+    parser.add_argument("--workloads", default=None, help="Comma-separated (default: every workload it holds).")
+    parser.add_argument("--metric", default="ops_per_s")
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--budget-runs", type=float, default=20, help="The device-seconds budget, in whole runs.")
+    parser.add_argument("--eta", type=float, default=3.0)
+    parser.add_argument("--min-run", type=float, default=1.0)
+    parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
+                        "(default: the share rule of bench/compare_algorithms.py, 0.1% to 1% of the table, at least one)")
+    parser.add_argument("--contestants", default=",".join(CONTESTANTS))
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    args = parser.parse_args(argv)
+
+    from storetune.tuner.analysis.convergence import near_optimal, within_for_share
+    from storetune.tuner.execution.local import ProcessExecutor
+
+    dataset = str(Path(args.dataset))
+    manifest = Path(dataset) / "manifest.json"
+    if args.workloads is None and not manifest.is_file():
+        raise SystemExit(f"{dataset}: no manifest.json to list its workloads: name them with --workloads")
+    workloads = args.workloads.split(",") if args.workloads else json.loads(manifest.read_text())["workloads"]
+    tasks, per_workload = [], {}
+    for workload in workloads:
+        runner = runner_for(dataset, workload, args.metric)
+        direction = runner.metrics()[args.metric]
+        means = runner.table.means(args.metric)
+        within = args.within or within_for_share(means, direction)
+        targets = frozenset(near_optimal(means, direction, within))
+        full = runner.full_length_s()
+        if not full:
+            raise SystemExit(f"{dataset}, {workload}: no per-second series: measure it with `storetune sweep` first")
+        budget_s = args.budget_runs * full
+        per_workload[workload] = {"configurations": len(means), "near_optimal": len(targets), "within": within,
+                                  "run_s": full, "budget_s": budget_s,
+                                  "rank_correlation": rank_correlation(runner, args.metric)}
+        for contestant in args.contestants.split(","):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                tasks.append(Task(dataset, workload, contestant, seed, budget_s, args.eta, args.min_run, args.metric,
+                                  direction, targets))
+    executor = ProcessExecutor(args.workers)
+    try:
+        runs = list(executor.map_unordered(run_task, tasks))
+    finally:
+        executor.close()
+    result: dict[str, Any] = {"dataset": dataset, "seeds": args.seeds, "first_seed": args.first_seed,
+                              "eta": args.eta, "min_run_s": args.min_run, "workloads": {}}
+    for workload, info in per_workload.items():
+        figures = summarize([r for r in runs if r.workload == workload], info["budget_s"])
+        info["contestants"] = figures
+        result["workloads"][workload] = info
+    # the headline keys: over workloads, the geometric mean of the per-workload ratios and the mean shares
+    def over(key: str, fn: Any) -> float | None:
+        values = [fn(w) for w in result["workloads"].values()]
+        values = [v for v in values if v is not None]
+        return round(float(np.exp(np.mean(np.log(values)))), 3) if values and key == "ratio" else \
+            (round(float(np.mean(values)), 3) if values else None)
+
+    def best_optuna(w: dict[str, Any]) -> dict[str, Any] | None:
+        peers = [w["contestants"][p] for p in ("optuna-hyperband", "optuna-wilcoxon") if p in w["contestants"]]
+        return min(peers, key=lambda s: s["median_s"] if s["median_s"] is not None else math.inf) if peers else None
+
+    c = "contestants"
+    result["asha_vs_full"] = over("ratio", lambda w: ratio(w[c]["auto+asha"], w[c]["auto"], w["budget_s"])
+                                  if {"auto+asha", "auto"} <= set(w[c]) else None)
+    result["asha_vs_optuna"] = over("ratio", lambda w: ratio(w[c]["auto+asha"], best_optuna(w), w["budget_s"])
+                                    if "auto+asha" in w[c] and best_optuna(w) else None)
+    result["asha_success"] = over("share", lambda w: w[c].get("auto+asha", {}).get("success"))
+    result["full_success"] = over("share", lambda w: w[c].get("auto", {}).get("success"))
+    result["asha_reported_near_optimal"] = over("share", lambda w: w[c].get("auto+asha", {}).get(
+        "reported_near_optimal"))
+    result["rank_correlation"] = {w: info["rank_correlation"] for w, info in per_workload.items()}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for workload, info in result["workloads"].items():
+        print(f"== {workload}: {info['near_optimal']} of {info['configurations']} near-optimal (within "
+              f"{info['within']:.4g} of the best), runs of {info['run_s']:g} s, budget {info['budget_s']:g} "
+              f"device-seconds; Spearman of t-second and full means: "
+              + ", ".join(f"t={t}: {rho}" for t, rho in info["rank_correlation"].items()))
+        print(f"{'contestant':18} {'success':>8} {'median s':>9} {'95% CI':>16} {'best near-opt':>14} "
+              f"{'evals':>6} {'stopped':>8}")
+        for name, s in info["contestants"].items():
+            median = "> budget" if s["median_s"] is None else f"{s['median_s']:.0f}"
+            low, high = s["ci_s"]
+            interval = f"[{low:.0f}, {high:.0f}]"
+            print(f"{name:18} {s['success']:8.2f} {median:>9} {interval:>16} "
+                  f"{s['reported_near_optimal']:14.2f} {s['evaluations']:6.0f} {s['stopped']:8.0f}")
+    for key in ("asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "asha_reported_near_optimal"):
+        print(f"{key}: {result[key]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
