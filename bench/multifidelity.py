@@ -210,6 +210,22 @@ def rank_correlation(runner: Any, metric: str, lengths: Sequence[int] = RANK_LEN
     return out
 
 
+def agreement(runner: Any, other: Any, metric: str, seconds: float) -> dict[str, Any]:
+    """Spearman's rho between the ``seconds``-second prefix means of ``runner``'s series (over its repeats) and
+    ``other``'s means (a fixed-length dataset measured with the same protocol), over the configurations both hold."""
+    from scipy.stats import spearmanr
+
+    theirs = other.table.means(metric)
+    ours, matched = [], []
+    for config, series in runner.table.series.items():
+        kept = [s for s in series if s is not None and metric in s.values and s.seconds >= seconds]
+        if kept and config in theirs:
+            ours.append(float(np.mean([s.mean(metric, seconds) for s in kept])))
+            matched.append(theirs[config])
+    rho = spearmanr(ours, matched).statistic if len(ours) > 2 else math.nan
+    return {"configurations": len(ours), "spearman": None if not np.isfinite(rho) else round(float(rho), 3)}
+
+
 def median_ci(values: Sequence[float], rng: np.random.Generator, draws: int = 2000) -> tuple[float, float, float]:
     """The median, with a bootstrap 95% interval."""
     a = np.asarray(values, dtype=float)
@@ -256,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: the share rule of bench/compare_algorithms.py, 0.1% to 1% of the table, at least one)")
     parser.add_argument("--contestants", default=",".join(CONTESTANTS))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--agree", default=None, help="A fixed-length dataset measured with the same protocol "
+                        "(datasets/loop-storage-v3): the Spearman coefficient of its means against the series' "
+                        "prefixes of its run length, where the two hold the same configurations.")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = parser.parse_args(argv)
 
@@ -281,6 +300,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         per_workload[workload] = {"configurations": len(means), "near_optimal": len(targets), "within": within,
                                   "run_s": full, "budget_s": budget_s,
                                   "rank_correlation": rank_correlation(runner, args.metric)}
+        if args.agree:
+            other = runner_for(args.agree, workload, args.metric)
+            manifest_other = Path(args.agree) / "manifest.json"
+            length = (json.loads(manifest_other.read_text()).get("settings", {}).get("runtime_s", 10)
+                      if manifest_other.is_file() else 10)
+            per_workload[workload]["agreement"] = {"with": args.agree, "prefix_s": length,
+                                                   **agreement(runner, other, args.metric, length)}
         for contestant in args.contestants.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 tasks.append(Task(dataset, workload, contestant, seed, budget_s, args.eta, args.min_run, args.metric,
@@ -317,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["asha_reported_near_optimal"] = over("share", lambda w: w[c].get("auto+asha", {}).get(
         "reported_near_optimal"))
     result["rank_correlation"] = {w: info["rank_correlation"] for w, info in per_workload.items()}
+    if args.agree:
+        result["agreement"] = {w: info["agreement"] for w, info in per_workload.items()}
     if args.json:
         print(json.dumps(result))
         return 0
@@ -325,6 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{info['within']:.4g} of the best), runs of {info['run_s']:g} s, budget {info['budget_s']:g} "
               f"device-seconds; Spearman of t-second and full means: "
               + ", ".join(f"t={t}: {rho}" for t, rho in info["rank_correlation"].items()))
+        if "agreement" in info:
+            a = info["agreement"]
+            print(f"   its {a['prefix_s']:g}-second prefixes against {a['with']}: Spearman {a['spearman']} over "
+                  f"{a['configurations']} configurations")
         print(f"{'contestant':18} {'success':>8} {'median s':>9} {'95% CI':>16} {'best near-opt':>14} "
               f"{'evals':>6} {'stopped':>8}")
         for name, s in info["contestants"].items():

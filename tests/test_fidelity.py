@@ -262,13 +262,17 @@ def test_the_multifidelity_benchmark_counts_device_seconds_for_every_contestant(
     pytest.importorskip("optuna")
     folder = _series_dataset(tmp_path / "ts")
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "multifidelity.py"), "--dataset", str(folder),
-                          "--seeds", "3", "--workers", "2", "--budget-runs", "10", "--json"],
+                          "--seeds", "3", "--workers", "2", "--budget-runs", "10", "--agree", str(folder), "--json"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert {"asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "rank_correlation"} <= set(result)
     assert set(result["rank_correlation"]) == {"fileserver", "varmail"}
     assert all(0.9 < rho <= 1 for w in result["rank_correlation"].values() for rho in w.values())
+    # agreement with a fixed-length dataset (here itself, whose manifest names no run length: 10 s prefixes)
+    assert {w: a["spearman"] for w, a in result["agreement"].items()} == \
+        {w: rho["10"] for w, rho in result["rank_correlation"].items()}
+    assert all(a["configurations"] == 60 for a in result["agreement"].values())
     for workload in result["workloads"].values():
         assert workload["budget_s"] == 300 and workload["run_s"] == 30
         figures = workload["contestants"]
