@@ -299,6 +299,36 @@ def test_a_device_campaign_uses_two_loop_slots_at_once_and_leaks_none(cluster, s
     assert not list(loops.glob("*.img")) if loops.exists() else True
 
 
+@pytest.mark.device
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("fio") or not shutil.which("losetup"),
+                    reason="the device runner needs root, fio and losetup")
+def test_asha_on_two_nodes_stops_device_runs_short_and_frees_their_loop_slots(cluster, sqlite_url, tmp_path):
+    """fio runs on two nodes' loop slots, judged on one actor at 1 s and 3 s of 6: the stopped runs end there (their
+    tasks, and so their loop slots, are done seconds before a whole run's) and nothing is left attached."""
+    loops = tmp_path / "loops"
+    env = {"RAY_ADDRESS": cluster.address, **cluster.auth}
+    out = run_cli("tune", "--runner", "device", "--loop-dir", str(loops), "--loop-size-mib", "320", "--fileset-mib",
+                  "16", "--runtime", "6", "--workload", "varmail", "--fix", "fs=ext4", "--budget", "8", "--parallel",
+                  "2", "--fidelity", "asha", "--seed", "3", "--warmup-runs", "0", "--json", db=sqlite_url, env=env,
+                  timeout=900)  # a worker's runner warms up before every job: a whole run, not watched
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.splitlines()[-1])
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert len(trials) == 8 and summary["executor"]["nodes"] == 2
+    ran = {t.number: t.measurements[-1] for t in trials if t.status in ("SUCCEEDED", "STOPPED")}
+    stopped = [n for n, m in ran.items() if m.env["run_length_s"] < 6]
+    whole = [n for n, m in ran.items() if m.env["run_length_s"] == 6]
+    assert stopped and whole, [(t.number, t.status, t.reason) for t in trials]
+    assert all(next(t for t in trials if t.number == n).status == "STOPPED" for n in stopped)
+    # a stopped run's task took its setup and its seconds, not the whole run's: seconds sooner
+    import statistics
+
+    assert statistics.median(ran[n].duration_s for n in stopped) + 2 < statistics.median(ran[n].duration_s
+                                                                                         for n in whole), \
+        {n: (m.env["run_length_s"], round(m.duration_s, 1)) for n, m in ran.items()}
+    assert str(loops) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
 def test_a_resource_no_node_advertises_is_one_line(cluster, sqlite_url, tmp_path):
     env = {"RAY_ADDRESS": cluster.address, **cluster.auth}
     out = run_cli("tune", "--runner", "device", "--device", "/dev/nvme9n9", "--allow-device", "/dev/nvme9n9",

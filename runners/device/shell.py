@@ -77,8 +77,9 @@ class Shell:
         """``watch`` is given each line of the command's output as it comes; where it returns False, the command's
         group is sent SIGINT once (fio then ends its jobs and prints its report) and the command is waited for."""
         started = time.monotonic()
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        with _signals_unblocked():
+            proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
         entry = self.log.record_process(proc.pid) if self.log is not None else None
         try:
             if watch is not None:
@@ -178,3 +179,17 @@ class DryRunShell(Shell):
 
     def write_file(self, path: str | Path, text: str) -> None:
         self._say(f"cat > {path} <<'EOF'\n{text.rstrip()}\nEOF")
+
+
+class _signals_unblocked:
+    """SIGINT and SIGTERM unblocked in this thread while a command starts, so that the command can be interrupted:
+    a child inherits its parent thread's signal mask, and a Ray worker runs its tasks with SIGINT blocked (fio
+    started there never saw the SIGINT that stops a watched run, and ran whole)."""
+
+    SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+    def __enter__(self) -> None:
+        self._old = signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
+
+    def __exit__(self, *_: Any) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
