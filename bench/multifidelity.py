@@ -191,39 +191,37 @@ def _optuna(task: Task, runner: Any) -> Run:
                best is not None and best in task.targets, stopped)
 
 
-def rank_correlation(runner: Any, metric: str, lengths: Sequence[int] = RANK_LENGTHS) -> dict[str, float | None]:
-    """Spearman's rho between each configuration's mean over its first t seconds and its full-length mean, both
-    over its repeats (scipy's spearmanr)."""
+def prefix_means(runner: Any, metric: str, seconds: float) -> dict[Any, float]:
+    """Each configuration's mean over the first ``seconds`` of its runs, over the repeats whose series are that long."""
+    out = {}
+    for config, series in runner.table.series.items():
+        kept = [s for s in series if s is not None and metric in s.values and s.seconds >= seconds]
+        if kept:
+            out[config] = float(np.mean([s.mean(metric, seconds) for s in kept]))
+    return out
+
+
+def spearman(a: dict[Any, float], b: dict[Any, float]) -> tuple[int, float | None]:
+    """Spearman's rho (scipy's) over the configurations both hold, and how many they are."""
     from scipy.stats import spearmanr
 
+    common = [c for c in a if c in b]
+    rho = spearmanr([a[c] for c in common], [b[c] for c in common]).statistic if len(common) > 2 else math.nan
+    return len(common), None if not np.isfinite(rho) else round(float(rho), 3)
+
+
+def rank_correlation(runner: Any, metric: str, lengths: Sequence[int] = RANK_LENGTHS) -> dict[str, float | None]:
+    """Spearman's rho between each configuration's mean over its first t seconds and its full-length mean, both
+    over its repeats."""
     full = runner.table.means(metric)
-    out: dict[str, float | None] = {}
-    for t in lengths:
-        short, whole = [], []
-        for config, series in runner.table.series.items():
-            kept = [s for s in series if s is not None and metric in s.values and s.seconds >= t]
-            if kept and config in full:
-                short.append(float(np.mean([s.mean(metric, t) for s in kept])))
-                whole.append(full[config])
-        rho = spearmanr(short, whole).statistic if len(short) > 2 else math.nan
-        out[str(t)] = None if not np.isfinite(rho) else round(float(rho), 3)
-    return out
+    return {str(t): spearman(prefix_means(runner, metric, t), full)[1] for t in lengths}
 
 
 def agreement(runner: Any, other: Any, metric: str, seconds: float) -> dict[str, Any]:
     """Spearman's rho between the ``seconds``-second prefix means of ``runner``'s series (over its repeats) and
     ``other``'s means (a fixed-length dataset measured with the same protocol), over the configurations both hold."""
-    from scipy.stats import spearmanr
-
-    theirs = other.table.means(metric)
-    ours, matched = [], []
-    for config, series in runner.table.series.items():
-        kept = [s for s in series if s is not None and metric in s.values and s.seconds >= seconds]
-        if kept and config in theirs:
-            ours.append(float(np.mean([s.mean(metric, seconds) for s in kept])))
-            matched.append(theirs[config])
-    rho = spearmanr(ours, matched).statistic if len(ours) > 2 else math.nan
-    return {"configurations": len(ours), "spearman": None if not np.isfinite(rho) else round(float(rho), 3)}
+    count, rho = spearman(prefix_means(runner, metric, seconds), other.table.means(metric))
+    return {"configurations": count, "spearman": rho}
 
 
 def median_ci(values: Sequence[float], rng: np.random.Generator, draws: int = 2000) -> tuple[float, float, float]:
