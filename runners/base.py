@@ -118,6 +118,10 @@ class WatchedRunner(Protocol):
         """The length of a whole run: the last rung."""
         ...
 
+    def watched_metrics(self) -> tuple[str, ...]:
+        """The metrics ``go_on`` is given at a rung: the ones a run can be judged by."""
+        ...
+
     def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
                     go_on: GoOn) -> Measurement: ...
 

@@ -78,9 +78,17 @@ class DatasetRunner(RunnerBase):
                            duration_s=0.0 if series is None else series.seconds, series=series)
 
     def full_length_s(self) -> float:
-        """The shortest series the table keeps: every repeat can be replayed that long (0: no series)."""
-        lengths = [s.seconds for runs in self.table.series.values() for s in runs if s is not None]
-        return min(lengths, default=0.0)
+        """The shortest series the table keeps: every repeat can be replayed that long (0: a repeat keeps no series,
+        and could only be replayed whole)."""
+        runs = [s for repeats in self.table.series.values() for s in repeats]
+        if not runs or any(s is None for s in runs):
+            return 0.0
+        return min(s.seconds for s in runs)
+
+    def watched_metrics(self) -> tuple[str, ...]:
+        """The metrics every repeat's series holds."""
+        runs = [set(s.values) for repeats in self.table.series.values() for s in repeats if s is not None]
+        return tuple(sorted(set.intersection(*runs))) if runs else ()
 
     def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
                     go_on: GoOn) -> Measurement:

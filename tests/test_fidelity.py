@@ -172,14 +172,16 @@ def test_a_loop_with_rungs_stops_runs_short_and_counts_their_device_seconds(tmp_
     # one board for all: every run judged at the first rung, and at the next as many as went on past the first (at
     # the last, the full length, nothing is left to judge)
     assert outcome.judged == [45, sum(x > 1 for x in lengths), 0]
-    # what the algorithm was told (a loss: lower is better): no short run better than the worst whole run before it
+    # what the algorithm was told in the end (a loss: lower is better): each short run its value at its rung, capped
+    # at the worst whole run (told again as that fell), and each whole run its value
     told = {o.config: o.loss for o in tuner.observations}
-    loss = {t.number: told[runner.space.validate(t.config)] for t in trials}
-    bursts = [t for t in stopped if t.measurements[0].metrics["ops_per_s"] > min(-loss[w.number] for w in whole)]
+    worst = min(t.value for t in whole)
+    bursts = [t for t in stopped if t.measurements[0].metrics["ops_per_s"] > worst]
     assert bursts, "the table's bursts should put some short runs above a whole run"
-    for t in bursts:
-        before = [loss[w.number] for w in whole if w.number < t.number - workers]  # finished before it started
-        assert loss[t.number] == -t.measurements[0].metrics["ops_per_s"] or loss[t.number] >= max(before)
+    for t in stopped:
+        assert told[runner.space.validate(t.config)] == -min(t.measurements[0].metrics["ops_per_s"], worst)
+    for t in whole:
+        assert told[runner.space.validate(t.config)] == -t.value
 
 
 def test_tune_with_asha_spends_device_seconds_and_shows_each_run_s_length_and_seconds(sqlite_url, tmp_path):
@@ -215,16 +217,58 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
     out = run_cli("tune", "--dataset", str(plain), "--budget", "2", "--fidelity", "asha", db=sqlite_url)
     assert out.returncode == 2, out.stderr
     assert "the dataset runner on plain cannot measure short runs: its table keeps no per-interval series" in out.stderr
+    out = run_cli("tune", "--dataset", str(plain), "--budget-seconds", "60", db=sqlite_url)
+    assert out.returncode == 2 and "its table keeps no per-interval series, so a replayed run takes no device time" \
+        in " ".join(out.stderr.split()), out.stderr
     table = _series_table(tmp_path / "measurements.csv")
+    header, *rows = table.read_text().splitlines()  # a latency column beside, but series of ops/s only
+    with_latency = tmp_path / "latency.csv"
+    with_latency.write_text("\n".join([header.replace("ops_per_s,series:", "ops_per_s,lat_p99_us,series:")]
+                                      + [",".join(r.split(",")[:6] + ["900"] + r.split(",")[6:]) for r in rows]) + "\n")
+    out = run_cli("tune", "--dataset", str(with_latency), "--metric", "lat_p99_us", "--fidelity", "asha", db=sqlite_url)
+    assert out.returncode == 2 and "reports only ops_per_s while a run goes" in " ".join(out.stderr.split()), out.stderr
     for args, said in ((["--min-run", "20"], "the shortest rung (20 s) must be positive and at most the run's length "
                                             "(9 s)"),
+                       (["--repeats", "2"], "one run per configuration"),
                        (["--budget-seconds", "5"], "a budget of 5 device-seconds cannot pay for one run of 9 s"),
                        (["--eta", "1"], "eta must be a number above 1"),
-                       (["--max-repeats", "3"], "does not combine with an objective over several metrics or with "
+                       (["--max-repeats", "3"], "does not combine with an objective over several metrics, repeats or "
                                                "adaptive repeats")):
         out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", *args, db=sqlite_url)
         assert out.returncode == 2 and said in " ".join(out.stderr.split()), (args, out.stderr)
+    out = run_cli("tune", "--dataset", str(table), "--eta", "2", db=sqlite_url)
+    assert out.returncode == 2 and "--eta and --min-run set the rungs of --fidelity asha" in out.stderr, out.stderr
     assert "campaign" not in run_cli("campaigns", db=sqlite_url).stdout.lower().replace("no campaigns", "")
+
+
+def test_a_resumed_campaign_rebuilds_the_rung_record_and_what_stopped_runs_were_told(sqlite_url, tmp_path):
+    """What a resume starts from: every run's judged values back on the board, rung by rung, and each stopped run
+    told its rung value capped at the worst whole run, as the loop left it."""
+    import json
+
+    from conftest import run_cli
+    from storetune.runners import Status
+    from storetune.search_spaces import Config
+    from storetune.tuner.history.store import History
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import Shortened
+
+    table = _series_table(tmp_path / "measurements.csv")
+    out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", "--budget", "30", "--seed", "3", "--json",
+                  db=sqlite_url, check=True)
+    campaign = json.loads(out.stdout.splitlines()[-1])["campaign"]
+    trials = History(sqlite_url).trials(campaign, measurements=True)
+    short = Shortened(Rungs((1, 3, 9)), Objective("ops_per_s", "max"), trials)
+    lengths = [t.measurements[0].env["run_length_s"] for t in trials]
+    assert short.halving().counts() == [30, sum(x > 1 for x in lengths), 0]
+    assert short.recorded[0] == [t.measurements[0].env["judged"][0] for t in trials]
+    whole = [t.value for t in trials if t.status == "SUCCEEDED"]
+    for t in trials:
+        told = short.told(Config(t.config))
+        if t.status == Status.STOPPED.value:
+            assert told == min(t.measurements[0].metrics["ops_per_s"], min(whole))
+        else:
+            assert told is None
 
 
 def _series_dataset(folder, seed=5):

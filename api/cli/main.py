@@ -159,6 +159,8 @@ def tune(
                             f"another campaign, start a new one (--warm-start same learns from its trials)")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, not {parallel}")
+    if fidelity != "asha" and (_given(ctx, "eta") or _given(ctx, "min_run")):
+        raise UserError("--eta and --min-run set the rungs of --fidelity asha: add --fidelity asha, or leave them out")
     options = {**(runner_options or {}), "metric": table_metric(metric, objective) if runner == "dataset" else None}
     spec = None
     if resume is None or dry_run:

@@ -162,12 +162,18 @@ class DeviceRunner(RunnerBase):
         if planned:
             self.shell.note("the measured run")
         m = self._measure_once(config, seed=seed, progress=self._progress)
+        if m.status is Status.SUCCEEDED and self.full_length_s():  # its device-seconds, as a watched run says them
+            m = replace(m, env={"run_length_s": float(self.runtime_s), **m.env})
         return replace(m, env={**m.env, "warmup_ops_per_s": warmups}) if warmups else m
 
     # --- a watched run (multi-fidelity) ---------------------------------------------------------------
     def full_length_s(self) -> float:
         """fio's runs can be watched and stopped: their length; Filebench's cannot (0)."""
         return float(self.runtime_s) if self.engine == "fio" else 0.0
+
+    def watched_metrics(self) -> tuple[str, ...]:
+        """fio's report a second gives its ops so far."""
+        return ("ops_per_s",)
 
     def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
                     go_on: GoOn) -> Measurement:

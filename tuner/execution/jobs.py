@@ -116,13 +116,20 @@ def _run(runner: Runner, workload: Workload, job: Job, seed: int, board: Board |
         return runner.run(job.config, workload, seed=seed)
     if board is None or job.metric is None or not isinstance(runner, WatchedRunner):
         raise ValueError("a job with rungs needs a watched runner, a metric and a board to judge it on")
-    metric = job.metric
+    metric, judged = job.metric, []
 
     def go_on(rung: int, metrics: Mapping[str, float]) -> bool:
-        # a run that does not report the metric cannot be ranked: it goes on whole
-        return metric not in metrics or board.judge(rung, float(metrics[metric]))
+        if metric not in metrics:  # a run that does not report the metric cannot be ranked: it goes on whole
+            return True
+        judged.append(float(metrics[metric]))
+        try:
+            return board.judge(rung, judged[-1])
+        except Exception as e:  # the board's process is gone: no fault of the configuration's
+            raise HostUnavailable(f"the campaign's rung record could not be reached ({type(e).__name__}: {e})") from e
 
     m = runner.run_watched(job.config, workload, seed=seed, rungs=job.rungs, go_on=go_on)
+    if judged:  # what it was judged on at each rung: a resumed campaign's record is rebuilt from them
+        m = dataclasses.replace(m, env={**m.env, "judged": judged})
     if m.status is not Status.SUCCEEDED or "stopped_at_rung" not in m.env:
         return m
     rung = int(m.env["stopped_at_rung"])

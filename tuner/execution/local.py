@@ -121,7 +121,7 @@ class ProcessExecutor(LocalExecutor):
         one round trip there, once a rung, a few a second at most."""
         if self._manager is None:
             self._manager = _BoardManager(ctx=multiprocessing.get_context("forkserver"))
-            self._manager.start()
+            self._manager.start(initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))  # the driver's
         return self._manager.Board(halving)  # type: ignore[attr-defined]
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
@@ -153,12 +153,23 @@ class _BoardManager(BaseManager):
     runs against each other's)."""
 
 
-def _held(board: Board) -> Board:
-    """The record, unpickled in the manager process, is the one its proxies call."""
-    return board
+class _Held:
+    """The record, unpickled in the manager process, is the one its proxies call, one call at a time (the manager
+    serves each worker's connection in a thread of its own)."""
+
+    def __init__(self, board: Board):
+        self.board, self.lock = board, threading.Lock()
+
+    def judge(self, rung: int, value: float) -> bool:
+        with self.lock:
+            return self.board.judge(rung, value)
+
+    def counts(self) -> list[int]:
+        with self.lock:
+            return self.board.counts()
 
 
-_BoardManager.register("Board", _held, exposed=("judge", "counts"))
+_BoardManager.register("Board", _Held, exposed=("judge", "counts"))
 
 
 class _LocalStream:

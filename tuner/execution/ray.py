@@ -236,8 +236,10 @@ class RayExecutor:
         """The campaign's rung record as a Ray actor (no CPU: it only keeps lists), which the tasks judge their
         runs on wherever they run; it ends with the driver's connection."""
         ray = self._ray()
-        actor = ray.remote(num_cpus=0, max_restarts=0)(type(halving)).remote(
-            halving.rungs, halving.direction, halving.recorded)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)  # the driver's node
+        actor = ray.remote(num_cpus=0, max_restarts=0)(_HeldBoard).options(scheduling_strategy=here).remote(halving)
         return _ActorBoard(actor)
 
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
@@ -361,6 +363,19 @@ def _measure_task(name: str, settings: dict, workload: Workload, job: Job,
     """One job in a Ray worker, as in a pool worker; its measurements name the node."""
     node = _node()
     return [_with_node(m, node) for m in worker_measure(name, settings, workload, job, board=board)], node
+
+
+class _HeldBoard:
+    """The campaign's rung record, held by a Ray actor (its methods run one at a time)."""
+
+    def __init__(self, board: Any):
+        self.board = board
+
+    def judge(self, rung: int, value: float) -> bool:
+        return self.board.judge(rung, value)
+
+    def counts(self) -> list[int]:
+        return self.board.counts()
 
 
 class _ActorBoard:

@@ -16,16 +16,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from storetune.runners import Direction, HostUnavailable, Runner, Status, inspected_runner, make_runner
+from storetune.runners import (
+    Direction, HostUnavailable, Runner, Status, WatchedRunner, inspected_runner, make_runner,
+)
 from storetune.search_spaces import Config, SearchSpace
 from storetune.tuner.analysis.summary import CampaignSummary, evaluations
 from storetune.tuner.execution.jobs import Executor, ExecutorLost
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.history.store import History
-from storetune.tuner.objectives.fidelity import FIDELITIES, Rungs, schedule, told_value
+from storetune.tuner.objectives.fidelity import FIDELITIES, Rungs, schedule
 from storetune.tuner.objectives.intensify import check_max_repeats
 from storetune.tuner.history.memory import MemoryStore
-from storetune.tuner.search.loop import TrialResult, _measurements, run_loop, run_seconds, settle, trial_seed
+from storetune.tuner.search.loop import (
+    Shortened, TrialResult, _measurements, run_loop, run_seconds, settle, trial_seed,
+)
 from storetune.tuner.history.views import CampaignView, TrialView
 from storetune.tuner.objectives.objective import MultiObjective, Objective, campaign_objective, resolve_objective
 from storetune.tuner.algorithms.base import Tuner
@@ -176,7 +180,7 @@ class Campaign:
                                                                params=spec.algorithm_params))
         if (capacity := tuner.capacity()) is not None:  # a fixed set of configurations (grid)
             held, why = capacity
-            if spec.budget > held:
+            if spec.budget > held and spec.budget_s is None:  # with device-seconds: capped at create
                 raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
                                             f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
                                             "its hyperparameter per_stratum")
@@ -211,8 +215,7 @@ class Campaign:
             objective_metric=objective.metric,
             objective_direction=objective.direction,
             objective=objective.spec() if isinstance(objective, MultiObjective) else None,
-            budget=spec.budget if spec.budget_s is None or not runner.space.finite else
-            min(spec.budget, runner.space.cardinality()),
+            budget=_capped(spec, runner, tuner),
             seed=spec.seed,
             repeats=spec.repeats,
             max_repeats=spec.max_repeats,
@@ -273,18 +276,17 @@ class Campaign:
         trials = history.trials(rec.id, measurements=adaptive or pareto or bool(rec.fidelity))
         if adaptive:
             trials = settle(trials, self.objective, history)
-        whole: list[float] = []  # multi-fidelity: the values of the runs measured at full length so far
-        for t in trials:  # what this campaign measured already (after a crash or an interrupt)
-            if t.status == Status.STOPPED.value:  # told as the loop told it: its rung value, below every whole run
-                short = [m.metrics[rec.objective_metric] for m in t.measurements or () if rec.objective_metric in m.metrics]
-                if short:
-                    self.tuner.tell(Config(t.config), told_value(sum(short) / len(short), whole, rec.objective_direction))
-                    continue
-            if Status(t.status).terminal:
-                vector = self.objective.vector(_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
-                self.tuner.tell(Config(t.config), t.value, Status(t.status), vector)
-                if t.status == Status.SUCCEEDED.value and t.value is not None:
-                    whole.append(t.value)
+        rungs = None if not rec.fidelity or rec.fidelity["kind"] != "asha" else \
+            Rungs(tuple(rec.fidelity["rungs"]), rec.fidelity["eta"])
+        finished = [t for t in trials if Status(t.status).terminal]
+        # multi-fidelity: a stopped run is told as the loop tells it, its rung value capped at the worst whole run
+        short = None if rungs is None else Shortened(rungs, self.objective, finished)  # type: ignore[arg-type]
+        for t in finished:  # what this campaign measured already (after a crash or an interrupt)
+            if short is not None and (told := short.told(Config(t.config))) is not None:
+                self.tuner.tell(Config(t.config), told)
+                continue
+            vector = self.objective.vector(_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
+            self.tuner.tell(Config(t.config), t.value, Status(t.status), vector)
         retried = {t.retry_of for t in trials if t.retry_of is not None}
         stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
         queue: list[TrialView] = [t for t in trials if t.status == Status.PENDING.value]
@@ -311,9 +313,8 @@ class Campaign:
                 on_trial=on_trial,
                 stop=lambda: history.cancel_requested(rec.id),
                 max_repeats=rec.max_repeats,
-                finished=[t for t in trials if Status(t.status).terminal] if adaptive or rec.fidelity else (),
-                fidelity=None if not rec.fidelity or rec.fidelity["kind"] != "asha" else
-                Rungs(tuple(rec.fidelity["rungs"]), rec.fidelity["eta"]),
+                finished=finished if adaptive or rungs is not None else (),
+                fidelity=rungs,
                 budget_s=(rec.fidelity or {}).get("budget_s"),
                 device_s=run_seconds([m for t in trials for m in _measurements(t)]) if rec.fidelity else 0.0,
             )
@@ -353,6 +354,17 @@ class Campaign:
         return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
 
 
+def _capped(spec: CampaignSpec, runner: Runner, tuner: Tuner) -> int:
+    """The evaluations of a campaign given device-seconds: at most what the space (or the algorithm's grid) holds."""
+    budget = spec.budget
+    if spec.budget_s is not None:
+        if runner.space.finite:
+            budget = min(budget, runner.space.cardinality())
+        if (capacity := tuner.capacity()) is not None:
+            budget = min(budget, capacity[0])
+    return budget
+
+
 def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiObjective) -> dict[str, Any] | None:
     """The campaign's multi-fidelity schedule as recorded, after the checks: a runner that can stop a run at a rung
     (its run length), a schedule that fits it and a device-seconds budget that pays for one whole run."""
@@ -361,11 +373,20 @@ def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiOb
     if spec.fidelity not in FIDELITIES:
         raise ValueError(f"fidelity {spec.fidelity!r}: choose {' or '.join(FIDELITIES)}")
     if spec.fidelity == "none":
+        if spec.budget_s is not None and runner.name == "dataset" and not (
+                isinstance(runner, WatchedRunner) and runner.full_length_s()):
+            raise ValueError(f"a budget of {spec.budget_s:g} device-seconds on {runner.label()}: its table keeps no "
+                             "per-interval series, so a replayed run takes no device time; give a budget of evaluations")
         return None if spec.budget_s is None else {"kind": "none", "budget_s": spec.budget_s}
-    if isinstance(objective, MultiObjective) or spec.max_repeats is not None:
-        raise ValueError("fidelity asha judges each run by one metric: it does not combine with an objective over "
-                         "several metrics or with adaptive repeats (max_repeats)")
+    if isinstance(objective, MultiObjective) or spec.max_repeats is not None or spec.repeats != 1:
+        raise ValueError("fidelity asha judges each run by one metric, one run per configuration: it does not combine "
+                         "with an objective over several metrics, repeats or adaptive repeats (max_repeats)")
     rungs = schedule(runner, spec.eta, spec.min_run_s, spec.budget_s)
+    watched = runner.watched_metrics()  # type: ignore[attr-defined]  # schedule refused any other runner
+    if objective.metric not in watched:
+        raise ValueError(f"fidelity asha judges runs by {objective.metric} as they go, and the {runner.name} runner "
+                         f"reports only {', '.join(watched) or 'nothing'} while a run goes: choose one of those as "
+                         "the metric")
     return {"kind": "asha", "rungs": list(rungs.lengths), "eta": rungs.eta, "budget_s": spec.budget_s}
 
 

@@ -111,13 +111,13 @@ def run_loop(
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated, device_s=device_s)
     queue = list(queue)
-    if fidelity is not None and (max_repeats is not None or not isinstance(objective, Objective)):
+    if fidelity is not None and (max_repeats is not None or repeats != 1 or not isinstance(objective, Objective)):
         raise ValueError("multi-fidelity search judges runs by one metric, one run each: it does not combine with "
-                         "adaptive repeats or an objective over several metrics")
+                         "repeats, adaptive repeats or an objective over several metrics")
     races = None if max_repeats is None else _Races(objective, max_repeats, finished)
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
-    board = None if fidelity is None else executor.board(SuccessiveHalving(fidelity, objective.direction))
-    full_values = [t.value for t in finished if t.status == Status.SUCCEEDED.value and t.value is not None]
+    short = None if fidelity is None else Shortened(fidelity, objective, finished)  # type: ignore[arg-type]
+    board = None if short is None else executor.board(short.halving())
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
         job.trial_id, repeat, m), board=board)
     batches = not executor.asynchronous or tuner.whole_batches
@@ -183,27 +183,24 @@ def run_loop(
                 raise
             raise host_error from e
         trial = in_flight.pop(job.trial_id)
+        outcome.device_s += run_seconds(measurements)  # the job's own runs
         if races is not None:
             measurements = races.add(trial, measurements)
         status, value, reason = objective.outcome(measurements)
         if status is Status.STOPPED and fidelity is not None:
             reason = fidelity.stop_reason(int(measurements[-1].env["stopped_at_rung"]))
         store.finish_trial(job.trial_id, status, value, reason)
-        outcome.device_s += run_seconds(measurements[job.first_repeat:] if races is None else measurements[-1:])
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
-        told, told_status = value, status
-        if status is Status.STOPPED:  # the algorithm learns how bad, never that it beat a whole run
-            metric = objective.metric  # type: ignore[union-attr]  # one metric: checked above
-            short = float(np.mean([m.metrics[metric] for m in measurements if metric in m.metrics] or [np.nan]))
-            if np.isfinite(short):
-                told, told_status = told_value(short, full_values, objective.direction), Status.SUCCEEDED
-        elif fidelity is not None and status is Status.SUCCEEDED and value is not None:
-            full_values.append(value)
+        told, told_status, again = value, status, []
+        if short is not None:  # a stopped run: how bad, never that it beat a whole run
+            told, told_status, again = short.finished(job.config, status, value, measurements)
         started = time.perf_counter()
         if job.first_repeat:
             tuner.retell(job.config, told, told_status, vector)
         else:
             tuner.tell(job.config, told, told_status, vector)
+        for config, capped in again:  # a new worst whole run lowers the cap on what stopped runs are told
+            tuner.retell(config, capped)
         if races is not None:
             races.finish(trial.id, value if status is Status.SUCCEEDED else None)
         outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
@@ -250,6 +247,49 @@ def settle(trials: Sequence[TrialView], objective: Objective | MultiObjective, s
                 t = dataclasses.replace(t, status=status.value, value=value, reason=reason)
         out.append(t)
     return out
+
+
+class Shortened:
+    """The loop's side of multi-fidelity search: the runs measured whole and the runs stopped short so far, and what
+    the algorithm is told of each stopped one: its value at its rung, capped at the worst whole run so far
+    (``told_value``), told again whenever that worst falls. Rebuilt from a resumed campaign's finished trials, with
+    the rung record its runs were judged on (each measurement's ``judged``): a resume judges and tells as the first
+    run did."""
+
+    def __init__(self, rungs: Rungs, objective: Objective, finished: Sequence[TrialView] = ()):
+        self.rungs, self.metric, self.direction = rungs, objective.metric, objective.direction
+        self.whole: list[float] = []
+        self.short: dict[Config, float] = {}  # each stopped run's value at its rung, as measured
+        self.recorded: list[list[float]] = [[] for _ in rungs.lengths]
+        for t in finished:
+            measurements = _measurements(t)
+            for m in measurements:
+                for k, v in enumerate(m.env.get("judged", ())[:len(self.recorded)]):
+                    self.recorded[k].append(float(v))
+            self.finished(Config(t.config), Status(t.status), t.value, measurements)
+
+    def halving(self) -> SuccessiveHalving:
+        return SuccessiveHalving(self.rungs, self.direction, self.recorded)
+
+    def told(self, config: Config) -> float | None:
+        """What the algorithm is told now of a stopped configuration (None: it is not one)."""
+        value = self.short.get(config)
+        return None if value is None else told_value(value, self.whole, self.direction)
+
+    def finished(self, config: Config, status: Status, value: float | None, measurements: Sequence[Measurement]
+                 ) -> tuple[float | None, Status, list[tuple[Config, float]]]:
+        """What to tell of a finished trial (value and status), and the stopped configurations to tell again."""
+        if status is Status.STOPPED:
+            runs = [m.metrics[self.metric] for m in measurements if self.metric in m.metrics]
+            if not runs or not np.isfinite(np.mean(runs)):
+                return value, status, []
+            self.short[config] = float(np.mean(runs))
+            return self.told(config), Status.SUCCEEDED, []
+        if status is not Status.SUCCEEDED or value is None:
+            return value, status, []
+        before = {c: self.told(c) for c in self.short}
+        self.whole.append(float(value))
+        return value, status, [(c, now) for c in self.short if (now := self.told(c)) != before[c]]
 
 
 class _Races:
