@@ -447,3 +447,18 @@ def test_asha_on_ray_judges_every_run_on_one_actor_and_stops_the_hopeless(sqlite
     assert set(lengths) <= {1, 3, 9} and lengths[1] > 0 and lengths[9] > 0
     stopped = [t for t in trials if t.status == "STOPPED"]
     assert len(stopped) == lengths[1] + lengths[3] and 30 / 2 <= len(stopped) < 30
+
+
+def test_a_race_on_repeats_on_ray_stops_losers_in_their_tasks(sqlite_url, tmp_path):
+    """The race's incumbent lives in an actor: tasks on any worker stop a losing configuration's runs."""
+    from test_intensify import _repeated_table
+
+    table = _repeated_table(tmp_path / "t.csv")
+    out = run_cli("tune", "--dataset", str(table), "--repeats", "8", "--race", "wilcoxon", "--budget", "20",
+                  "--parallel", "2", "--executor", "ray", "--algorithm", "random", "--seed", "2", "--json",
+                  db=sqlite_url, check=True, env={"RAY_ADDRESS": ""})
+    summary = json.loads(out.stdout.splitlines()[-1])
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert len(trials) == 20 and all(m.env["executor"] == "ray" for m in measurements)
+    raced = [t for t in trials if t.reason and t.reason.startswith("raced out after")]
+    assert raced and all(t.runs < 8 for t in raced) and len(measurements) < 8 * 20

@@ -132,6 +132,10 @@ def tune(
     eta: Annotated[float, typer.Option(help="--fidelity asha: the factor between rungs; about one run in eta goes "
                                             "on past each.")] = 3.0,
     min_run: Annotated[float, typer.Option(help="--fidelity asha: the shortest rung, in seconds.")] = 1.0,
+    race: Annotated[str, typer.Option(
+        help="wilcoxon: with --repeats 5 or more, a configuration's runs race the best configuration's run by run, "
+             "and its remaining runs are not taken once a Wilcoxon signed-rank test says it is worse (p < 0.1); "
+             "none: every configuration gets its --repeats.")] = "none",
     budget_seconds: Annotated[Optional[float], typer.Option(
         help="Device-seconds to spend: no trial starts once the runs took this long (their run lengths, short "
              "ones too). Without --budget, evaluations are then limited by it alone.")] = None,
@@ -183,6 +187,7 @@ def tune(
             eta=eta,
             min_run_s=min_run,
             budget_s=budget_seconds,
+            race=race,
         )
     if dry_run:
         show_dry_run(spec)

@@ -61,6 +61,9 @@ class CampaignCreate(BaseModel):
         "the device runner with fio, a table with per-second series."))
     eta: float = Field(3.0, gt=1, le=100, description="fidelity asha: the factor between rungs.")
     min_run_s: float = Field(1.0, gt=0, description="fidelity asha: the shortest rung, in seconds.")
+    race: Literal["none", "wilcoxon"] = Field("none", description=(
+        "wilcoxon: with repeats 5 or more, a configuration's runs race the best configuration's run by run, and the "
+        "rest are not taken once a Wilcoxon signed-rank test says it is worse (p < 0.1)."))
     budget_s: float | None = Field(None, gt=0, description=(
         "Device-seconds to spend: no trial starts once the runs took this long (their run lengths). Without "
         "budget, evaluations are then limited by it alone."))

@@ -42,6 +42,20 @@ class Board(Protocol):
         ...
 
 
+@runtime_checkable
+class RaceBoard(Protocol):
+    """Where a campaign's configurations race the incumbent on repeats (tuner/objectives/intensify.py's
+    RepeatRace), reachable from the workers as a ``Board`` is."""
+
+    def race(self, runs: list[float]) -> str | None:
+        """None while a configuration's first ``runs`` may still beat the incumbent; else why they stop."""
+        ...
+
+    def offer(self, runs: list[float]) -> None:
+        """A configuration measured with every repeat: the incumbent if it is better."""
+        ...
+
+
 class ExecutorLost(Exception):
     """The executor lost what it measures on (a Ray cluster's head went away) through no fault of the
     configurations: like HostUnavailable, no trial is condemned. The campaign stops with its running
@@ -80,6 +94,7 @@ class Job:
     first_repeat: int = 0
     rungs: tuple[float, ...] | None = None  # run lengths in seconds, the last the whole run
     metric: str | None = None
+    race: bool = False  # its repeats race the incumbent's on the board, and stop when they lose
 
 
 def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
@@ -90,7 +105,7 @@ def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
 
 
 def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | None = None,
-            node: str | None = None, board: Board | None = None) -> list[Measurement]:
+            node: str | None = None, board: Board | RaceBoard | None = None) -> list[Measurement]:
     """Run the job's repeats, stopping at the first that does not succeed (or is stopped at a rung); each names
     ``node`` (default: this machine) as the one that measured it. A job with rungs is judged on ``board``."""
     node = node or this_node()
@@ -103,12 +118,27 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
         except Exception as e:
             m = raised(runner.name, e)
         m = on_node([m], node)[0]
+        lost = _lost_race(job, out + [m], board) if repeat - job.first_repeat < len(job.seeds) - 1 else None
+        if lost is not None:  # the next runs are not taken: the configuration lost its race
+            m = dataclasses.replace(m, env={**m.env, "raced_out": lost})
         if record is not None:
             record(job, repeat, m)
         out.append(m)
-        if m.status is not Status.SUCCEEDED:
+        if m.status is not Status.SUCCEEDED or lost is not None:
             break
     return out
+
+
+def _lost_race(job: Job, runs: list[Measurement], board: Any) -> str | None:
+    if not job.race or board is None or job.metric is None or runs[-1].status is not Status.SUCCEEDED:
+        return None
+    values = [float(m.metrics[job.metric]) for m in runs if job.metric in m.metrics]
+    if len(values) < len(runs):
+        return None
+    try:
+        return board.race(values)
+    except Exception as e:  # the board's process is gone: no fault of the configuration's
+        raise HostUnavailable(f"the campaign's race could not be reached ({type(e).__name__}: {e})") from e
 
 
 def _run(runner: Runner, workload: Workload, job: Job, seed: int, board: Board | None) -> Measurement:
@@ -255,7 +285,7 @@ def worker_runner(name: str, settings: dict) -> tuple[str, Runner]:
 
 
 def worker_measure(name: str, settings: dict, workload: Workload, job: Job,
-                   node: str | None = None, board: Board | None = None) -> list[Measurement]:
+                   node: str | None = None, board: Board | RaceBoard | None = None) -> list[Measurement]:
     """A job in a worker process, with its worker's runner, except that one that holds a disk is
     closed after each job (idle workers live on, and would keep a loop device attached)."""
     key, runner = worker_runner(name, settings)

@@ -168,8 +168,16 @@ class _Held:
         with self.lock:
             return self.board.counts()
 
+    def race(self, runs: list[float]) -> str | None:
+        with self.lock:
+            return self.board.race(runs)
 
-_BoardManager.register("Board", _Held, exposed=("judge", "counts"))
+    def offer(self, runs: list[float]) -> None:
+        with self.lock:
+            self.board.offer(runs)
+
+
+_BoardManager.register("Board", _Held, exposed=("judge", "counts", "race", "offer"))
 
 
 class _LocalStream:
@@ -206,8 +214,9 @@ class _PoolStream:
         return len(self._futures)
 
     def submit(self, job: Job) -> None:
+        watched = job.rungs is not None or job.race
         self._futures.add(self.pool.submit(_measure_in_worker, (self.name, self.settings, self.workload, job,
-                                                                self.board if job.rungs is not None else None)))
+                                                                self.board if watched else None)))
 
     def next(self) -> tuple[Job, list[Measurement]]:
         done, _ = wait(self._futures, return_when=FIRST_COMPLETED)

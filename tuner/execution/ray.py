@@ -324,7 +324,7 @@ class _RayStream:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(self._freed.pop(), soft=True)}
-        board = self.board if job.rungs is not None else None
+        board = self.board if job.rungs is not None or job.race else None
         self._refs[function.options(**options).remote(self.name, self.settings, self.workload, job, board)] = job
 
     def next(self) -> tuple[Job, list[Measurement]]:
@@ -377,6 +377,12 @@ class _HeldBoard:
     def counts(self) -> list[int]:
         return self.board.counts()
 
+    def race(self, runs: list[float]) -> str | None:
+        return self.board.race(runs)
+
+    def offer(self, runs: list[float]) -> None:
+        self.board.offer(runs)
+
 
 class _ActorBoard:
     """A task's handle on the campaign's rung record (a Ray actor): one call a rung."""
@@ -393,6 +399,16 @@ class _ActorBoard:
         import ray
 
         return list(ray.get(self.actor.counts.remote()))
+
+    def race(self, runs: list[float]) -> str | None:
+        import ray
+
+        return ray.get(self.actor.race.remote(runs))
+
+    def offer(self, runs: list[float]) -> None:
+        import ray
+
+        ray.get(self.actor.offer.remote(runs))
 
 
 def _with_node(m: Measurement, node: str) -> Measurement:

@@ -25,7 +25,7 @@ from storetune.tuner.execution.jobs import Executor, ExecutorLost
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.history.store import History
 from storetune.tuner.objectives.fidelity import FIDELITIES, Rungs, schedule
-from storetune.tuner.objectives.intensify import check_max_repeats
+from storetune.tuner.objectives.intensify import RepeatRace, check_max_repeats, check_race
 from storetune.tuner.history.memory import MemoryStore
 from storetune.tuner.search.loop import (
     Shortened, TrialResult, _measurements, run_loop, run_seconds, settle, trial_seed,
@@ -74,6 +74,7 @@ class CampaignSpec:
     eta: float = 3.0
     min_run_s: float = 1.0
     budget_s: float | None = None  # stop starting trials once the runs took this many device-seconds
+    race: str = "none"  # "wilcoxon": a configuration's repeats race the incumbent's, and stop when they lose
 
 
 class InvalidSpec(ValueError):
@@ -313,10 +314,12 @@ class Campaign:
                 on_trial=on_trial,
                 stop=lambda: history.cancel_requested(rec.id),
                 max_repeats=rec.max_repeats,
-                finished=finished if adaptive or rungs is not None else (),
+                finished=finished if adaptive or rec.fidelity else (),
                 fidelity=rungs,
                 budget_s=(rec.fidelity or {}).get("budget_s"),
                 device_s=run_seconds([m for t in trials for m in _measurements(t)]) if rec.fidelity else 0.0,
+                race=RepeatRace(rec.objective_direction, rec.repeats)
+                if (rec.fidelity or {}).get("race", "none") != "none" else None,
             )
         except KeyboardInterrupt:
             history.mark_stale(rec.id, STALE_REASON)
@@ -372,7 +375,14 @@ def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiOb
         raise ValueError(f"a budget of {spec.budget_s:g} device-seconds: it must be above 0")
     if spec.fidelity not in FIDELITIES:
         raise ValueError(f"fidelity {spec.fidelity!r}: choose {' or '.join(FIDELITIES)}")
+    check_race(spec.race, spec.repeats)
+    if spec.race != "none" and (isinstance(objective, MultiObjective) or spec.max_repeats is not None
+                                or spec.fidelity != "none"):
+        raise ValueError("race wilcoxon judges one metric over fixed repeats: it does not combine with an objective "
+                         "over several metrics, adaptive repeats (max_repeats) or fidelity asha")
     if spec.fidelity == "none":
+        if spec.race != "none":
+            return {"kind": "none", "budget_s": spec.budget_s, "race": spec.race}
         if spec.budget_s is not None and runner.name == "dataset" and not (
                 isinstance(runner, WatchedRunner) and runner.full_length_s()):
             raise ValueError(f"a budget of {spec.budget_s:g} device-seconds on {runner.label()}: its table keeps no "

@@ -19,7 +19,7 @@ from storetune.tuner.algorithms.base import Tuner
 from storetune.tuner.execution.jobs import Executor, Job, repeat_seeds
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.objectives.fidelity import Rungs, SuccessiveHalving, told_value
-from storetune.tuner.objectives.intensify import Standing, incumbent, next_remeasure
+from storetune.tuner.objectives.intensify import RepeatRace, Standing, incumbent, next_remeasure
 from storetune.tuner.objectives.objective import MultiObjective, Objective
 from storetune.tuner.history.views import TrialStore, TrialView
 
@@ -85,6 +85,7 @@ def run_loop(
     fidelity: Rungs | None = None,
     budget_s: float | None = None,
     device_s: float = 0.0,
+    race: RepeatRace | None = None,
 ) -> LoopOutcome:
     """Spend the budget: ``queue`` holds trials to measure before asking for new ones (those
     pending or re-run after a crash), ``evaluated`` the finished trials that already count.
@@ -107,7 +108,10 @@ def run_loop(
     against the others' and stopped short where it is not in their best 1/eta: the trial is STOPPED, and the
     algorithm is told its value at the rung, never better than the worst full-length run (``told_value``).
     ``budget_s`` stops starting trials once the runs have taken that many device-seconds (run lengths), with
-    ``device_s`` taken already (a resume's)."""
+    ``device_s`` taken already (a resume's).
+
+    With ``race`` (repeats as a fidelity), a configuration's repeats race the incumbent's run by run in the worker,
+    and stop where a Wilcoxon signed-rank test says it is worse: its trial keeps the runs it took, and says why."""
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated, device_s=device_s)
     queue = list(queue)
@@ -117,7 +121,16 @@ def run_loop(
     races = None if max_repeats is None else _Races(objective, max_repeats, finished)
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
     short = None if fidelity is None else Shortened(fidelity, objective, finished)  # type: ignore[arg-type]
-    board = None if short is None else executor.board(short.halving())
+    if race is not None and (fidelity is not None or max_repeats is not None or not isinstance(objective, Objective)):
+        raise ValueError("a race on repeats judges one metric over a configuration's fixed repeats: it does not "
+                         "combine with multi-fidelity runs, adaptive repeats or an objective over several metrics")
+    if race is not None:
+        for t in finished:  # a resume: the incumbent among the configurations measured with every repeat
+            runs = [m.metrics[objective.metric] for m in _measurements(t) if objective.metric in m.metrics]  # type: ignore[union-attr]
+            if t.status == Status.SUCCEEDED.value:
+                race.offer(runs)
+    board = executor.board(short.halving()) if short is not None else executor.board(race) if race is not None \
+        else None
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
         job.trial_id, repeat, m), board=board)
     batches = not executor.asynchronous or tuner.whole_batches
@@ -165,6 +178,9 @@ def run_loop(
                 elif fidelity is not None:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats), rungs=fidelity.lengths,
                               metric=objective.metric)  # type: ignore[union-attr]  # one metric: checked above
+                elif race is not None:
+                    job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats), metric=objective.metric,  # type: ignore[union-attr]
+                              race=True)
                 else:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats))
                 stream.submit(job)
@@ -189,6 +205,10 @@ def run_loop(
         status, value, reason = objective.outcome(measurements)
         if status is Status.STOPPED and fidelity is not None:
             reason = fidelity.stop_reason(int(measurements[-1].env["stopped_at_rung"]))
+        if status is Status.SUCCEEDED and measurements and "raced_out" in measurements[-1].env:
+            reason = str(measurements[-1].env["raced_out"])
+        elif race is not None and board is not None and status is Status.SUCCEEDED and len(measurements) == repeats:
+            board.offer([m.metrics[objective.metric] for m in measurements])  # type: ignore[union-attr,attr-defined]
         store.finish_trial(job.trial_id, status, value, reason)
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
         told, told_status, again = value, status, []
