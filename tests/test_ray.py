@@ -294,6 +294,9 @@ def test_a_device_campaign_uses_two_loop_slots_at_once_and_leaks_none(cluster, s
     assert Counter(t.status for t in trials)["SUCCEEDED"] >= 3, [(t.status, t.reason) for t in trials]
     devices = {m.env.get("device") for m in measurements}
     assert len(devices) == 2, devices  # one loop device per worker, two workers at once
+    # each loop slot's actor set its device up and warmed it up once, not before every job
+    warmed = [m for m in measurements if "warmup_ops_per_s" in m.env]
+    assert 1 <= len(warmed) <= 2 and len({m.env["device"] for m in warmed}) == len(warmed), warmed
     attached = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert str(loops) not in attached  # every worker detached its own
     assert not list(loops.glob("*.img")) if loops.exists() else True
@@ -310,7 +313,7 @@ def test_asha_on_two_nodes_stops_device_runs_short_and_frees_their_loop_slots(cl
     out = run_cli("tune", "--runner", "device", "--loop-dir", str(loops), "--loop-size-mib", "320", "--fileset-mib",
                   "16", "--runtime", "6", "--workload", "varmail", "--fix", "fs=ext4", "--budget", "8", "--parallel",
                   "2", "--fidelity", "asha", "--seed", "3", "--warmup-runs", "0", "--json", db=sqlite_url, env=env,
-                  timeout=900)  # a worker's runner warms up before every job: a whole run, not watched
+                  timeout=900)  # no warm-up: a whole run, not watched, would blur the durations compared below
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.splitlines()[-1])
     trials, measurements = recorded(sqlite_url, summary["campaign"])
@@ -326,6 +329,42 @@ def test_asha_on_two_nodes_stops_device_runs_short_and_frees_their_loop_slots(cl
     assert statistics.median(ran[n].duration_s for n in stopped) + 2 < statistics.median(ran[n].duration_s
                                                                                          for n in whole), \
         {n: (m.env["run_length_s"], round(m.duration_s, 1)) for n, m in ran.items()}
+    assert str(loops) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.device
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("fio") or not shutil.which("losetup"),
+                    reason="the device runner needs root, fio and losetup")
+def test_a_device_holder_killed_mid_run_is_replaced_and_its_job_run_again(sqlite_url, tmp_path):
+    """The actor that holds the loop slot is SIGKILLed while it measures: another takes the slot (the dead one's
+    device is reaped), the job runs again there, every trial is recorded once, and nothing is left attached."""
+    loops = tmp_path / "loops"
+    proc = subprocess.Popen([*STORETUNE, "tune", "--runner", "device", "--loop-dir", str(loops), "--loop-size-mib",
+                             "320", "--fileset-mib", "16", "--runtime", "3", "--workload", "varmail", "--fix",
+                             "fs=ext4", "--budget", "3", "--executor", "ray", "--parallel", "1", "--seed", "1",
+                             "--warmup-runs", "0", "--json"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_DATABASE_URL": sqlite_url,
+                                 "RAY_ADDRESS": ""}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, holder = time.monotonic() + 180, None
+        while holder is None and time.monotonic() < deadline:  # the holder, once its fio runs
+            assert proc.poll() is None, proc.communicate()
+            fios = [pid for pid, cmdline in processes() if cmdline[0] == "fio" and any(str(loops) in c for c in cmdline)]
+            for pid in fios:
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if "_Holder" in " ".join(dict(processes()).get(parent, [""])):
+                    holder = parent
+            time.sleep(0.2)
+        assert holder is not None, "no holder ran fio"
+        os.kill(holder, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    trials, measurements = recorded(sqlite_url, json.loads(stdout.splitlines()[-1])["campaign"])
+    assert sorted(t.number for t in trials) == [0, 1, 2]
+    assert Counter(t.status for t in trials) == {"SUCCEEDED": 3}, [(t.status, t.reason) for t in trials]
     assert str(loops) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
 
 

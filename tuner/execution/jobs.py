@@ -129,6 +129,15 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
     return out
 
 
+def board_lost(error: Exception) -> HostUnavailable:
+    """A board whose process is gone (a manager, a Ray actor) says nothing of any configuration: the campaign stops
+    as for a busy host, its running trials re-run at its resume."""
+    if isinstance(error, HostUnavailable):
+        return error
+    return HostUnavailable(f"the campaign's board (its rung record, its race) could not be reached "
+                           f"({type(error).__name__}: {error})")
+
+
 def _lost_race(job: Job, runs: list[Measurement], board: Any) -> str | None:
     if not job.race or board is None or job.metric is None or runs[-1].status is not Status.SUCCEEDED:
         return None
@@ -138,7 +147,7 @@ def _lost_race(job: Job, runs: list[Measurement], board: Any) -> str | None:
     try:
         return board.race(values)
     except Exception as e:  # the board's process is gone: no fault of the configuration's
-        raise HostUnavailable(f"the campaign's race could not be reached ({type(e).__name__}: {e})") from e
+        raise board_lost(e) from e
 
 
 def _run(runner: Runner, workload: Workload, job: Job, seed: int, board: Board | None) -> Measurement:
@@ -155,7 +164,7 @@ def _run(runner: Runner, workload: Workload, job: Job, seed: int, board: Board |
         try:
             return board.judge(rung, judged[-1])
         except Exception as e:  # the board's process is gone: no fault of the configuration's
-            raise HostUnavailable(f"the campaign's rung record could not be reached ({type(e).__name__}: {e})") from e
+            raise board_lost(e) from e
 
     m = runner.run_watched(job.config, workload, seed=seed, rungs=job.rungs, go_on=go_on)
     if judged:  # what it was judged on at each rung: a resumed campaign's record is rebuilt from them
@@ -284,13 +293,21 @@ def worker_runner(name: str, settings: dict) -> tuple[str, Runner]:
     return key, _WORKER_RUNNERS[key]
 
 
+def release_runner(key: str) -> None:
+    """Close a worker's runner (its device detached, its files removed) and forget it."""
+    runner = _WORKER_RUNNERS.pop(key, None)
+    if runner is not None:
+        runner.close()
+
+
 def worker_measure(name: str, settings: dict, workload: Workload, job: Job,
                    node: str | None = None, board: Board | RaceBoard | None = None) -> list[Measurement]:
     """A job in a worker process, with its worker's runner, except that one that holds a disk is
-    closed after each job (idle workers live on, and would keep a loop device attached)."""
+    closed after each job (idle workers live on, and would keep a loop device attached: on Ray such
+    runners are kept by actors for a campaign instead, ``tuner/execution/ray.py``)."""
     key, runner = worker_runner(name, settings)
     try:
         return measure(runner, workload, job, node=node, board=board)
     finally:
         if runner.resources():
-            _WORKER_RUNNERS.pop(key).close()
+            release_runner(key)
