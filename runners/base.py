@@ -122,6 +122,10 @@ class WatchedRunner(Protocol):
         """The metrics ``go_on`` is given at a rung: the ones a run can be judged by."""
         ...
 
+    def interval_s(self) -> float:
+        """How often a run says how it goes (its series' interval): rungs are whole multiples of it."""
+        ...
+
     def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
                     go_on: GoOn) -> Measurement: ...
 

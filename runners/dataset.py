@@ -85,6 +85,11 @@ class DatasetRunner(RunnerBase):
             return 0.0
         return min(s.seconds for s in runs)
 
+    def interval_s(self) -> float:
+        """The coarsest interval of the table's series (1 s for fio's logs)."""
+        return max((s.interval_s for repeats in self.table.series.values() for s in repeats if s is not None),
+                   default=1.0)
+
     def watched_metrics(self) -> tuple[str, ...]:
         """The metrics every repeat's series holds."""
         runs = [set(s.values) for repeats in self.table.series.values() for s in repeats if s is not None]

@@ -142,18 +142,33 @@ def read_fio_logs(paths: Sequence[Path], interval_ms: int = 1000) -> Series:
             continue
         kind, thread = match.group(1), int(match.group(2))
         sums = per_kind[kind].setdefault(thread, {})
+        entries = []
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():
                 continue
             fields = [f.strip() for f in line.split(",")]
             try:
-                ms, value = int(fields[0]), float(fields[1])
+                ms, value, direction = int(fields[0]), float(fields[1]), fields[2] if len(fields) > 2 else ""
             except (IndexError, ValueError):
                 raise SeriesError(f"{path}: line {number}: {line[:60]!r} is not fio's 'time, value, direction, "
                                   "size, offset'") from None
             if not math.isfinite(value) or value < 0:
                 raise SeriesError(f"{path}: line {number}: {value!r} is not a rate")
+            entries.append((number, ms, value, direction))
+        last = {direction: number for number, _, _, direction in entries}
+        seen: dict[str, dict[int, int]] = {}  # direction -> interval -> its line
+        for number, ms, value, direction in entries:
             interval = max(0, int(round(ms / interval_ms)) - 1)
+            mine = seen.setdefault(direction, {})
+            if interval in mine:
+                if number == last[direction]:  # the run's end: a last, partial window beside a whole one, not counted
+                    continue
+                raise SeriesError(f"{path}: line {number}: a second value for the interval of {ms} ms (line "
+                                  f"{mine[interval]} has one)")
+            if mine and interval > max(mine) + 1:
+                raise SeriesError(f"{path}: line {number}: a gap: nothing logged from {(max(mine) + 1) * interval_ms} "
+                                  f"ms to {interval * interval_ms} ms")
+            mine[interval] = number
             sums[interval] = sums.get(interval, 0.0) + value
     if not per_kind["iops"]:
         raise SeriesError(f"fio wrote no per-interval IOPS log among {len(paths)} file(s)")

@@ -205,6 +205,9 @@ def test_a_campaign_with_asha_over_rest_spends_its_device_seconds_and_shows_stop
         shown = client.get(f"/campaigns/{done['id']}/trials/{stopped['number']}").json()
         [m] = shown["measurements"]
         assert m["env"]["run_length_s"] in (1, 3) and len(m["series"]["ops_per_s"]) == m["env"]["run_length_s"]
+        refused = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(table)},
+                                                  "eta": 2})
+        assert refused.status_code == 422 and "eta and min_run_s set the rungs of fidelity asha" in refused.text
 
 
 def test_tables_read_with_a_warning_say_so_in_the_response_that_created_the_run(sqlite_url, tmp_path):

@@ -402,6 +402,9 @@ def test_a_watched_run_is_interrupted_at_the_rung_where_it_is_told_to_stop(loop_
     assert stopped.metrics["ops_per_s"] > 0 and (stopped.series is None or len(stopped.series) <= 3)
     assert whole.status is Status.SUCCEEDED and "stopped_at_rung" not in whole.env and whole.env["run_length_s"] == 8
     assert whole.env["timings_s"]["benchmark"] >= 8 and whole.series is not None and len(whole.series) >= 7
+    # fio was interrupted, not run whole: the same layout, 6 s less of timed run
+    assert stopped.env["timings_s"]["benchmark"] + 4 < whole.env["timings_s"]["benchmark"], \
+        (stopped.env["timings_s"], whole.env["timings_s"])
     assert leftovers(loop_dir) == NOTHING
 
 

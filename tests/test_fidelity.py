@@ -15,6 +15,9 @@ def test_a_geometric_schedule_ends_at_the_run_s_length():
     assert Rungs.geometric(10, eta=2, min_s=1).lengths == (1, 2, 4, 10)  # 8 is within sqrt(2) of 10
     assert Rungs.geometric(3, min_s=3).lengths == (3,)
     assert Rungs.geometric(30, min_s=2).full_s == 30
+    # on runs that report once a second, each rung a whole second: 2.5 s would be judged on the 2 s report
+    assert Rungs.geometric(30, eta=2.5, min_s=1, interval_s=1).lengths == (1, 3, 6, 16, 30)
+    assert Rungs.geometric(30, eta=1.2, min_s=1, interval_s=1).lengths[:4] == (1, 2, 3, 4)
 
 
 def test_a_schedule_that_cannot_fit_is_one_line_naming_the_values():
@@ -29,6 +32,11 @@ def test_a_schedule_that_cannot_fit_is_one_line_naming_the_values():
     with pytest.raises(RungError, match="a budget of 20 device-seconds cannot pay for one run of 30 s"):
         Rungs.geometric(30).check(30, budget_s=20)
     Rungs.geometric(30).check(30, budget_s=3600)
+    with pytest.raises(RungError, match=r"shorter than the interval the runs report at \(1 s\)"):
+        Rungs.geometric(30, min_s=0.3, interval_s=1)
+    with pytest.raises(RungError, match=r"rungs 1, 2.5, 30 s: each must be a whole number of the runs' reporting "
+                                        r"interval \(1 s\)"):
+        Rungs((1, 2.5, 30)).check(30, interval_s=1)
 
 
 def test_a_run_goes_on_only_in_the_best_third_of_its_rung():
@@ -229,6 +237,9 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
     assert out.returncode == 2 and "reports only ops_per_s while a run goes" in " ".join(out.stderr.split()), out.stderr
     for args, said in ((["--min-run", "20"], "the shortest rung (20 s) must be positive and at most the run's length "
                                             "(9 s)"),
+                       (["--min-run", "9"], "the shortest rung (9 s) leaves no rung before the whole run (9 s)"),
+                       (["--min-run", "0.5"], "the shortest rung (0.5 s) is shorter than the interval the runs report "
+                                              "at (1 s)"),
                        (["--repeats", "2"], "one run per configuration"),
                        (["--budget-seconds", "5"], "a budget of 5 device-seconds cannot pay for one run of 9 s"),
                        (["--eta", "1"], "eta must be a number above 1"),
@@ -269,6 +280,69 @@ def test_a_resumed_campaign_rebuilds_the_rung_record_and_what_stopped_runs_were_
             assert told == min(t.measurements[0].metrics["ops_per_s"], min(whole))
         else:
             assert told is None
+
+
+def test_an_interrupted_asha_campaign_resumes_within_the_device_seconds_it_was_given(sqlite_url, tmp_path):
+    """Interrupted after 6 trials, then resumed: the device-seconds already spent count, the stopped runs are told
+    and judged as before, and the campaign ends at its budget with every trial once."""
+    from storetune.tuner.history.store import History
+    from storetune.tuner.search.campaign import Campaign, CampaignSpec
+    from storetune.tuner.search.loop import _measurements, run_seconds
+
+    table = _series_table(tmp_path / "measurements.csv")
+    history = History(sqlite_url)
+    spec = CampaignSpec(runner="dataset", runner_settings={"dataset": [str(table)]}, algorithm="auto",
+                        fidelity="asha", budget=1000, budget_s=60, seed=4)
+    first = Campaign.create(history, spec)
+
+    def stop(result):
+        if result.evaluated == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        first.run(on_trial=stop)
+    assert history.campaign(first.id).state == "interrupted"
+    before = history.trials(first.id, measurements=True)
+    spent_before = run_seconds([m for t in before for m in _measurements(t)])
+    assert len(before) >= 6 and 0 < spent_before < 60
+    summary = Campaign.resume(history, first.id).run()
+    trials = history.trials(first.id, measurements=True)
+    assert history.campaign(first.id).state == "finished", summary
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
+    spent = run_seconds([m for t in trials for m in _measurements(t)])
+    assert 60 <= spent < 60 + 9 and "device-seconds was spent" in (history.campaign(first.id).note or "")
+    assert {t.status for t in trials} == {"SUCCEEDED", "STOPPED"}
+    judged = [m.env["judged"] for t in trials for m in t.measurements]
+    assert all(len(j) >= 1 for j in judged) and len({tuple(t.config.items()) for t in trials}) == len(trials)
+
+
+def test_a_board_that_goes_away_stops_the_loop_as_a_busy_host_would(tmp_path):
+    """The rung record's process dies (a manager, a Ray actor): no configuration is blamed; the loop stops with
+    HostUnavailable, which a campaign records as interrupted and resumable, not with the board's own error."""
+    from storetune.runners import HostUnavailable, make_runner
+    from storetune.tuner.algorithms.registry import make_tuner
+    from storetune.tuner.execution.local import LocalExecutor
+    from storetune.tuner.history.memory import MemoryStore
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import run_loop
+
+    class Gone:
+        def judge(self, rung, value):
+            raise EOFError("the manager went away")
+
+        counts = race = offer = judge
+
+    class Lost(LocalExecutor):
+        def board(self, halving):
+            return Gone()
+
+    runner = make_runner("dataset", dataset=[str(_series_table(tmp_path / "measurements.csv"))])
+    store = MemoryStore()
+    with pytest.raises(HostUnavailable, match=r"could not be reached \(EOFError: the manager went away\)"):
+        run_loop(campaign_id=0, tuner=make_tuner("random", runner.space, seed=1, direction="max"), runner=runner,
+                 objective=Objective("ops_per_s", "max"), store=store, budget=5, repeats=1, batch_size=1, seed=1,
+                 executor=Lost(), fidelity=Rungs((1, 3, 9)))
+    assert all(t.status in ("RUNNING", "PENDING") for t in store.trials())  # none condemned
 
 
 def _series_dataset(folder, seed=5):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, SEARCH_ALGORITHMS
 
@@ -67,6 +67,13 @@ class CampaignCreate(BaseModel):
     budget_s: float | None = Field(None, gt=0, description=(
         "Device-seconds to spend: no trial starts once the runs took this long (their run lengths). Without "
         "budget, evaluations are then limited by it alone."))
+
+    @model_validator(mode="after")
+    def _rungs_need_asha(self) -> CampaignCreate:
+        if self.fidelity != "asha" and {"eta", "min_run_s"} & self.model_fields_set:
+            raise ValueError("eta and min_run_s set the rungs of fidelity asha: add \"fidelity\": \"asha\", or "
+                             "leave them out")
+        return self
 
 
 class ParetoPoint(BaseModel):
@@ -150,10 +157,14 @@ class SteadyStatePublic(BaseModel):
 
 
 class SeriesPublic(BaseModel):
-    """What the run did interval by interval (fio's per-second logs, summed over its jobs)."""
+    """What the run did interval by interval (fio's per-second logs, summed over its jobs); a table's series of
+    other metrics (its series:<metric> columns) come under their own names."""
+
+    model_config = ConfigDict(extra="allow")
 
     interval_s: float
-    ops_per_s: list[float] = Field(description="Operations a second, one value per interval from the run's start.")
+    ops_per_s: list[float] | None = Field(None, description="Operations a second, one value per interval from the "
+                                                            "run's start.")
     mb_per_s: list[float] | None = Field(None, description="Megabytes (10^6 bytes) a second, per interval.")
     steady: SteadyStatePublic | None = Field(None, description="Where ops/s settled, by SNIA PTS's steady-state rule.")
 

@@ -28,7 +28,7 @@ from storetune.runners.base import (
     hardware_resource,
 )
 from storetune.runners.device.engines import (
-    EngineOutputError, Progress, TimedRun, engine_env, engine_version, run_filebench, run_fio, settle,
+    SERIES_MS, EngineOutputError, Progress, TimedRun, engine_env, engine_version, run_filebench, run_fio, settle,
 )
 from storetune.runners.device.filesystems import MKFS, build, dirty_limits
 from storetune.runners.device.personalities import MIB, device_bytes_needed, job_version, personality
@@ -171,6 +171,10 @@ class DeviceRunner(RunnerBase):
         """fio's runs can be watched and stopped: their length; Filebench's cannot (0)."""
         return float(self.runtime_s) if self.engine == "fio" else 0.0
 
+    def interval_s(self) -> float:
+        """fio reports once a second."""
+        return SERIES_MS / 1000
+
     def watched_metrics(self) -> tuple[str, ...]:
         """fio's report a second gives its ops so far."""
         return ("ops_per_s",)
@@ -184,6 +188,9 @@ class DeviceRunner(RunnerBase):
         marks = list(rungs[:-1])
 
         def progress(seconds: float, ops_per_s: float) -> bool:
+            if seconds >= rungs[-1]:  # the run's end (its last report): whole, whatever rungs a late report skipped
+                marks.clear()
+                return True
             while marks and seconds >= marks[0]:
                 k = len(rungs) - 1 - len(marks)
                 marks.pop(0)

@@ -16,6 +16,19 @@ from typing import Any
 
 from storetune.runners.base import kill_group
 
+STOP_GRACE_S = 15.0  # how long a command told to stop (SIGINT) may take to end before it is killed
+
+
+def _kill_quietly(proc: subprocess.Popen, flag: threading.Event | None) -> None:
+    """From a timer: SIGKILL to the command's group; the reader then sees its output end (not ``kill_group``, whose
+    ``communicate`` would read the pipes beside the reader)."""
+    if flag is not None:
+        flag.set()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
 
 @dataclass(frozen=True)
 class Result:
@@ -97,22 +110,32 @@ class Shell:
         reader.start()
         out: list[str] = []
         stopped = False
-        deadline = None if timeout is None else started + timeout
+        # timers, not checks between lines: a command that hangs silent (stuck I/O, or stuck ending after the
+        # SIGINT) would otherwise keep the read below, and the device, forever
+        expired = threading.Event()
+        timers = [threading.Timer(timeout, _kill_quietly, (proc, expired))] if timeout is not None else []
+        for timer in timers:
+            timer.daemon = True
+            timer.start()
         try:
             for line in proc.stdout:
                 out.append(line)
                 if not stopped and not watch(line):
                     stopped = True
                     os.killpg(proc.pid, signal.SIGINT)
-                if deadline is not None and time.monotonic() > deadline:
-                    raise subprocess.TimeoutExpired(list(argv), timeout or 0)
-            proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            raise CommandTimeout(argv, timeout or 0) from None
+                    grace = threading.Timer(STOP_GRACE_S, _kill_quietly, (proc, None))
+                    grace.daemon = True
+                    grace.start()
+                    timers.append(grace)
+            proc.wait()
         except BaseException:
             kill_group(proc)
             raise
+        finally:
+            for timer in timers:
+                timer.cancel()
+        if expired.is_set():
+            raise CommandTimeout(argv, timeout or 0)
         reader.join(timeout=5)
         result = Result(tuple(argv), proc.returncode, "".join(out), "".join(err), time.monotonic() - started)
         if check and not result.ok and not stopped:

@@ -45,17 +45,24 @@ class Rungs:
             raise RungError(f"rungs must be positive run lengths that grow: {', '.join(f'{x:g}' for x in self.lengths)} s")
 
     @classmethod
-    def geometric(cls, full_s: float, eta: float = 3.0, min_s: float = 1.0) -> Rungs:
+    def geometric(cls, full_s: float, eta: float = 3.0, min_s: float = 1.0, interval_s: float | None = None) -> Rungs:
         """``min_s``, ``min_s * eta``, ... below ``full_s``, then ``full_s``: the schedule ASHA uses. A rung
-        within a factor of sqrt(eta) of the full length is left out (30 s with eta 3: 1, 3, 9, 30, not 27)."""
+        within a factor of sqrt(eta) of the full length is left out (30 s with eta 3: 1, 3, 9, 30, not 27).
+        With ``interval_s`` (how often a run reports) each rung is the nearest whole number of intervals: a
+        run cannot be judged between two reports (eta 2.5 from 1 s: 1, 3, 6, 16, 30)."""
         if not (0 < min_s <= full_s):
             raise RungError(f"the shortest rung ({min_s:g} s) must be positive and at most the run's length "
                             f"({full_s:g} s)")
         if not (eta > 1 and math.isfinite(eta)):
             raise RungError(f"eta must be a number above 1 (the factor between rungs), not {eta!r}")
+        if interval_s is not None and min_s < interval_s - 1e-9:
+            raise RungError(f"the shortest rung ({min_s:g} s) is shorter than the interval the runs report at "
+                            f"({interval_s:g} s): a run cannot be judged before its first report")
         lengths, length = [], float(min_s)
         while length < full_s - 1e-9:
-            lengths.append(length)
+            snapped = length if interval_s is None else math.floor(length / interval_s + 0.5) * interval_s
+            if snapped < full_s - 1e-9 and (not lengths or snapped > lengths[-1]):
+                lengths.append(snapped)
             length *= eta
         if len(lengths) > 1 and full_s / lengths[-1] < math.sqrt(eta):
             lengths.pop()
@@ -70,12 +77,16 @@ class Rungs:
         return (f"stopped after {self.lengths[rung]:g} s of {self.full_s:g} (rung {rung + 1} of {len(self.lengths)}): "
                 f"not in the best 1/{self.eta:g} of the runs measured that long")
 
-    def check(self, full_s: float, budget_s: float | None = None) -> None:
-        """Refuse a schedule that does not fit the run length, or a device-time budget that cannot pay for one
-        run at full length (one line naming the values)."""
+    def check(self, full_s: float, budget_s: float | None = None, interval_s: float | None = None) -> None:
+        """Refuse a schedule that does not fit the run length or fall on the runs' reports (every ``interval_s``),
+        or a device-time budget that cannot pay for one run at full length (one line naming the values)."""
+        named = ", ".join(f"{x:g}" for x in self.lengths)
         if abs(self.full_s - full_s) > 1e-9:
-            raise RungError(f"the last rung ({self.full_s:g} s) must be the run's length ({full_s:g} s): rungs "
-                            f"{', '.join(f'{x:g}' for x in self.lengths)} s")
+            raise RungError(f"the last rung ({self.full_s:g} s) must be the run's length ({full_s:g} s): rungs {named} s")
+        if interval_s is not None and any(abs(x / interval_s - round(x / interval_s)) > 1e-6 or x < interval_s - 1e-9
+                                          for x in self.lengths[:-1]):
+            raise RungError(f"rungs {named} s: each must be a whole number of the runs' reporting interval "
+                            f"({interval_s:g} s)")
         if budget_s is not None and budget_s < full_s:
             raise RungError(f"a budget of {budget_s:g} device-seconds cannot pay for one run of {full_s:g} s")
 
@@ -130,15 +141,21 @@ FIDELITIES = ("none", "asha")  # whole runs only; asynchronous successive halvin
 def watchable(runner: Runner, rungs: Rungs) -> WatchedRunner:
     """``runner`` as one whose runs can be stopped at ``rungs``; refused with the reason where it cannot (a
     command that does not stream its metrics, a replayed table without per-interval series) or where the
-    schedule does not fit its run length."""
-    rungs.check(_full_length(runner))
-    return runner  # type: ignore[return-value]  # _full_length refused any other
+    schedule does not fit its run length (a resumed campaign's, on a table that changed)."""
+    full = _full_length(runner)
+    rungs.check(full, interval_s=runner.interval_s())  # type: ignore[attr-defined]  # _full_length refused any other
+    return runner  # type: ignore[return-value]
 
 
 def schedule(runner: Runner, eta: float = 3.0, min_s: float = 1.0, budget_s: float | None = None) -> Rungs:
-    """ASHA's rungs for ``runner``'s runs (``Rungs.geometric`` up to its full length), checked against a
-    device-seconds budget; refused with the reason for a runner that cannot stop a run short."""
-    rungs = Rungs.geometric(_full_length(runner), eta, min_s)
+    """ASHA's rungs for ``runner``'s runs (``Rungs.geometric`` up to its full length, on its reports), checked
+    against a device-seconds budget; refused with the reason for a runner that cannot stop a run short, or a
+    schedule with no rung before the whole run (nothing would be judged)."""
+    full = _full_length(runner)
+    rungs = Rungs.geometric(full, eta, min_s, runner.interval_s())  # type: ignore[attr-defined]
+    if len(rungs.lengths) < 2:
+        raise RungError(f"the shortest rung ({min_s:g} s) leaves no rung before the whole run ({full:g} s): nothing "
+                        "would be judged; give a shorter shortest rung (min_run)")
     rungs.check(rungs.full_s, budget_s)
     return rungs
 

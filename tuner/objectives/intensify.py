@@ -78,10 +78,13 @@ RACE_MIN_PAIRS = 4  # a one-sided signed-rank test over fewer pairs cannot reach
 @dataclass
 class RepeatRace:
     """Repeats as a fidelity: a configuration's runs race the incumbent's, run by run, and stop as soon as a one-sided
-    Wilcoxon signed-rank test over the pairs so far (run k against the incumbent's run k: both measured with repeat
-    k's seed, common random numbers) says it is worse, at ``alpha``. The incumbent is the best mean among the
+    Wilcoxon signed-rank test over the pairs so far (run k against the incumbent's run k, in the order they ran)
+    says it is worse, at ``alpha``. The pairs share no seed: a replayed table draws each run from a few recorded
+    repeats, and one seed for both sides would pair the same two repeats again and again, counting one difference
+    as several (a device's fio draws the same workload in every run anyway). The incumbent is the best mean among the
     configurations measured with every repeat (``offer``). What Optuna's WilcoxonPruner does over a trial's steps,
-    here over a configuration's repeats, with scipy's exact test."""
+    here over a configuration's repeats, with scipy's test (exact where no pair ties, else its normal approximation,
+    zero differences split)."""
 
     direction: str
     repeats: int

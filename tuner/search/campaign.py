@@ -24,7 +24,7 @@ from storetune.tuner.analysis.summary import CampaignSummary, evaluations
 from storetune.tuner.execution.jobs import Executor, ExecutorLost
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.history.store import History
-from storetune.tuner.objectives.fidelity import FIDELITIES, Rungs, schedule
+from storetune.tuner.objectives.fidelity import FIDELITIES, RungError, Rungs, schedule, watchable
 from storetune.tuner.objectives.intensify import RepeatRace, check_max_repeats, check_race
 from storetune.tuner.history.memory import MemoryStore
 from storetune.tuner.search.loop import (
@@ -253,6 +253,11 @@ class Campaign:
         if (runner.space.fingerprint() != record.space_fingerprint
                 and _labelled_twice(runner.space, record.fixed) != record.space_fingerprint):  # hashed only then
             raise ValueError(f"campaign {campaign_id}: the search space {record.space_name} changed since it started")
+        if record.fidelity and record.fidelity.get("kind") == "asha":  # a table that changed may no longer fit
+            try:
+                watchable(runner, Rungs(tuple(record.fidelity["rungs"]), record.fidelity["eta"]))
+            except RungError as e:
+                raise ValueError(f"campaign {campaign_id}: its rungs no longer fit its runner: {e}") from None
         return cls(history, record, runner, campaign_objective(record), executor)
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -381,12 +386,12 @@ def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiOb
         raise ValueError("race wilcoxon judges one metric over fixed repeats: it does not combine with an objective "
                          "over several metrics, adaptive repeats (max_repeats) or fidelity asha")
     if spec.fidelity == "none":
-        if spec.race != "none":
-            return {"kind": "none", "budget_s": spec.budget_s, "race": spec.race}
         if spec.budget_s is not None and runner.name == "dataset" and not (
                 isinstance(runner, WatchedRunner) and runner.full_length_s()):
             raise ValueError(f"a budget of {spec.budget_s:g} device-seconds on {runner.label()}: its table keeps no "
                              "per-interval series, so a replayed run takes no device time; give a budget of evaluations")
+        if spec.race != "none":
+            return {"kind": "none", "budget_s": spec.budget_s, "race": spec.race}
         return None if spec.budget_s is None else {"kind": "none", "budget_s": spec.budget_s}
     if isinstance(objective, MultiObjective) or spec.max_repeats is not None or spec.repeats != 1:
         raise ValueError("fidelity asha judges each run by one metric, one run per configuration: it does not combine "

@@ -16,7 +16,7 @@ from storetune.runners.series import Series
 from storetune.search_spaces import Config, config_hash
 from storetune.search_spaces.status import loss as to_loss
 from storetune.tuner.algorithms.base import Tuner
-from storetune.tuner.execution.jobs import Executor, Job, repeat_seeds
+from storetune.tuner.execution.jobs import Executor, Job, board_lost, repeat_seeds
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.objectives.fidelity import Rungs, SuccessiveHalving, told_value
 from storetune.tuner.objectives.intensify import RepeatRace, Standing, incumbent, next_remeasure
@@ -208,7 +208,12 @@ def run_loop(
         if status is Status.SUCCEEDED and measurements and "raced_out" in measurements[-1].env:
             reason = str(measurements[-1].env["raced_out"])
         elif race is not None and board is not None and status is Status.SUCCEEDED and len(measurements) == repeats:
-            board.offer([m.metrics[objective.metric] for m in measurements])  # type: ignore[union-attr,attr-defined]
+            try:
+                board.offer([m.metrics[objective.metric] for m in measurements])  # type: ignore[union-attr,attr-defined]
+            except Exception as e:  # its manager or actor is gone: as a busy host, the campaign stops, resumable
+                if host_error is None:
+                    host_error = board_lost(e)
+                    stream.drop_queued()
         store.finish_trial(job.trial_id, status, value, reason)
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
         told, told_status, again = value, status, []
@@ -235,8 +240,11 @@ def run_loop(
             duration = sum(m.duration_s for m in measurements[job.first_repeat:])
             on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
                                  budget, best_value, tuner.warm_started, len(measurements), job.first_repeat > 0))
-    if board is not None:
-        outcome.judged = list(board.counts())
+    if board is not None and host_error is None:
+        try:
+            outcome.judged = list(board.counts())
+        except Exception as e:  # what the summary says of the rungs is lost; the measurements are not
+            host_error = board_lost(e)
     if host_error is not None:
         raise host_error
     if outcome.stopped:
