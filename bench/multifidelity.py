@@ -7,7 +7,8 @@ Each evaluation replays one drawn repeat of the configuration (the dataset runne
 its first t seconds; whole, the repeat's recorded figures. The contestants, each given the same device-seconds:
 - ``auto`` at full length, and random search at full length (``tune`` as it is by default);
 - ``auto`` with ASHA over the run length (``tune --fidelity asha``: rungs ``min_run``, x ``eta``, ... the whole run);
-- Optuna's TPE with its ``HyperbandPruner``, told each second's mean as an intermediate value (the natural peer);
+- Optuna's TPE with its ``HyperbandPruner``, told each second's mean as an intermediate value (the natural peer),
+  set up as its users would: its defaults (a shortest budget of 1 step, reduction factor 3), told the run's length;
 - Optuna's TPE with its ``WilcoxonPruner`` over repeats, told each whole repeat as a step.
 A seed succeeds once it has measured a near-optimal configuration *at full length* (a run stopped short has not
 shown that it is one); near-optimal is judged on each configuration's full-length mean over all its repeats. Its
@@ -124,9 +125,8 @@ def _optuna(task: Task, runner: Any) -> Run:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     full = runner.full_length_s()
     repeats = max(len(r) for r in runner.table.series.values())
-    if task.contestant == "optuna-hyperband":
-        pruner: Any = optuna.pruners.HyperbandPruner(min_resource=max(1, int(task.min_run_s)), max_resource=int(full),
-                                                     reduction_factor=int(task.eta))
+    if task.contestant == "optuna-hyperband":  # set up as its users would: its defaults, told the run's length
+        pruner: Any = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=int(full), reduction_factor=3)
     else:
         pruner = optuna.pruners.WilcoxonPruner(p_threshold=0.1)
     sign = 1.0 if task.direction == "min" else -1.0  # the study minimises a loss
@@ -264,8 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--budget-runs", type=float, default=20, help="The device-seconds budget, in whole runs.")
-    parser.add_argument("--eta", type=float, default=3.0)
-    parser.add_argument("--min-run", type=float, default=1.0)
+    parser.add_argument("--eta", type=float, default=3.0, help="auto+asha's factor between rungs (Optuna's "
+                        "Hyperband keeps its own defaults).")
+    parser.add_argument("--min-run", type=float, default=1.0, help="auto+asha's shortest rung, in seconds.")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
                         "(default: the share rule of bench/compare_algorithms.py, 0.1% to 1% of the table, at least one)")
     parser.add_argument("--contestants", default=",".join(CONTESTANTS))
