@@ -12,7 +12,8 @@ its first t seconds; whole, the repeat's recorded figures. The contestants, each
 - Optuna's TPE with its ``WilcoxonPruner`` over repeats, told each whole repeat as a step.
 A seed succeeds once it has measured a near-optimal configuration *at full length* (a run stopped short has not
 shown that it is one); near-optimal is judged on each configuration's full-length mean over all its repeats. Its
-cost is the device-seconds spent until then (every run's length, short ones too). At the end of the budget, the
+cost is the device-seconds spent until then (every run's length, short ones too, plus ``--setup-s`` a run: mkfs,
+the file layout and the teardown, which a run stopped at its first second pays in full). At the end of the budget, the
 configuration a contestant reports (its best whole run) is checked against the same truth.
 
 Also printed: the Spearman correlation, per workload, between each configuration's mean over its first t seconds
@@ -52,6 +53,7 @@ class Task:
     metric: str
     direction: str
     targets: frozenset  # near-optimal configurations (full-length mean over every repeat)
+    setup_s: float = 0.0  # what each run costs the device besides its timed seconds
 
 
 @dataclass
@@ -97,19 +99,20 @@ def _ours(task: Task, runner: Any) -> Run:
     rungs = schedule(runner, task.eta, task.min_run_s) if task.contestant.endswith("+asha") else None
     store, hit, spent = MemoryStore(), [], [0.0]
 
-    def on_trial(result: TrialResult) -> None:  # device-seconds as they are spent (a trial's run length)
+    def on_trial(result: TrialResult) -> None:  # device-seconds as they are spent (a trial's run length, its setup)
         trial = store.trials(measurements=True)[result.number]
-        spent[0] += sum(m.env.get("run_length_s", m.duration_s) for m in trial.measurements or ())
+        spent[0] += sum(m.env.get("run_length_s", m.duration_s) + task.setup_s for m in trial.measurements or ())
         if not hit and result.status.value == "SUCCEEDED" and Config(result.config) in task.targets:
             hit.append(spent[0])
 
-    outcome = run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective(task.metric, task.direction),
-                       store=store, budget=10**6, repeats=1, batch_size=1, seed=task.seed, on_trial=on_trial,
-                       fidelity=rungs, budget_s=task.budget_s)
+    # the budget as `tune --budget-seconds` spends it (no trial starts once it is spent), setup included
+    run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective(task.metric, task.direction),
+             store=store, budget=10**6, repeats=1, batch_size=1, seed=task.seed, on_trial=on_trial,
+             fidelity=rungs, stop=lambda: spent[0] >= task.budget_s)
     trials = store.trials()
     whole = [t for t in trials if t.status == "SUCCEEDED" and t.value is not None]
     best = (max if task.direction == "max" else min)(whole, key=lambda t: t.value) if whole else None
-    return Run(task.workload, task.contestant, task.seed, hit[0] if hit else None, outcome.device_s, len(trials),
+    return Run(task.workload, task.contestant, task.seed, hit[0] if hit else None, spent[0], len(trials),
                best is not None and Config(best.config) in task.targets, sum(t.status == "STOPPED" for t in trials))
 
 
@@ -157,14 +160,14 @@ def _optuna(task: Task, runner: Any) -> Run:
                 return not trial.should_prune()
 
             m = runner.run_watched(config, runner.workload, seed=seed, rungs=tuple(range(1, int(full) + 1)), go_on=go_on)
-            spent += m.env.get("run_length_s", m.duration_s)
+            spent += m.env.get("run_length_s", m.duration_s) + task.setup_s
             pruned = "stopped_at_rung" in m.env
             value = None if m.status.value != "SUCCEEDED" else m.metrics.get(task.metric)
         else:  # whole repeats, one step each, up to the table's repeats
             pruned, runs = False, []
             for r in range(repeats):
                 m = runner.run(config, runner.workload, seed=seed + r)
-                spent += m.duration_s or full
+                spent += (m.duration_s or full) + task.setup_s
                 if m.status.value != "SUCCEEDED":
                     break
                 runs.append(m.metrics[task.metric])
@@ -263,12 +266,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--metric", default="ops_per_s")
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--budget-runs", type=float, default=20, help="The device-seconds budget, in whole runs.")
+    parser.add_argument("--budget-runs", type=float, default=20, help="The device-seconds budget, in whole runs "
+                        "(each with its setup).")
     parser.add_argument("--eta", type=float, default=3.0, help="auto+asha's factor between rungs (Optuna's "
                         "Hyperband keeps its own defaults).")
     parser.add_argument("--min-run", type=float, default=1.0, help="auto+asha's shortest rung, in seconds.")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
                         "(default: the share rule of bench/compare_algorithms.py, 0.1% to 1% of the table, at least one)")
+    parser.add_argument("--setup-s", type=float, default=0.0, help="Device-seconds each run costs besides its timed "
+                        "seconds (mkfs, the file layout, the cache drop, the teardown), counted in every contestant's "
+                        "cost and budget: a short run still pays them. 0: the timed seconds only.")
     parser.add_argument("--contestants", default=",".join(CONTESTANTS))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--agree", default=None, help="A fixed-length dataset measured with the same protocol "
@@ -295,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         full = runner.full_length_s()
         if not full:
             raise SystemExit(f"{dataset}, {workload}: no per-second series: measure it with `storetune sweep` first")
-        budget_s = args.budget_runs * full
+        budget_s = args.budget_runs * (full + args.setup_s)  # whole runs, each with its setup
         per_workload[workload] = {"configurations": len(means), "near_optimal": len(targets), "within": within,
                                   "run_s": full, "budget_s": budget_s,
                                   "rank_correlation": rank_correlation(runner, args.metric)}
@@ -309,14 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for contestant in args.contestants.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 tasks.append(Task(dataset, workload, contestant, seed, budget_s, args.eta, args.min_run, args.metric,
-                                  direction, targets))
+                                  direction, targets, args.setup_s))
     executor = ProcessExecutor(args.workers)
     try:
         runs = list(executor.map_unordered(run_task, tasks))
     finally:
         executor.close()
     result: dict[str, Any] = {"dataset": dataset, "seeds": args.seeds, "first_seed": args.first_seed,
-                              "eta": args.eta, "min_run_s": args.min_run, "workloads": {}}
+                              "eta": args.eta, "min_run_s": args.min_run, "setup_s": args.setup_s, "workloads": {}}
     for workload, info in per_workload.items():
         figures = summarize([r for r in runs if r.workload == workload], info["budget_s"])
         info["contestants"] = figures

@@ -61,6 +61,7 @@ class Runner(Protocol):
 
     name: ClassVar[str]
     exclusive: ClassVar[bool]  # owns a disk: its measurements never run beside each other on one machine
+    replays: ClassVar[bool]  # answers from recorded measurements: its runs take no time of their own
     space: SearchSpace
     workload: Workload
     device: str  # what the history compares campaigns by, beside the workload (warm starts): the runner's name,
@@ -179,6 +180,7 @@ class RunnerBase:
 
     name: ClassVar[str]
     exclusive: ClassVar[bool] = False  # owns a disk: measurements must not run beside each other
+    replays: ClassVar[bool] = False  # answers from recorded measurements (a table), taking no time of its own
     space: SearchSpace
     workload: Workload
 

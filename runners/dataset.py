@@ -19,6 +19,7 @@ class DatasetRunner(RunnerBase):
     the given seed, which models measurement noise; the mean of the repeats is the ground truth."""
 
     name: ClassVar[str] = "dataset"
+    replays: ClassVar[bool] = True
 
     def __init__(self, settings: DatasetSettings):
         super().__init__(settings)

@@ -399,3 +399,14 @@ def test_the_multifidelity_benchmark_counts_device_seconds_for_every_contestant(
         assert figures["auto"]["stopped"] == 0 and figures["auto+asha"]["stopped"] > 0
         assert figures["auto+asha"]["evaluations"] > 10 and figures["optuna-wilcoxon"]["evaluations"] == 5
         assert all(s["median_s"] is None or s["median_s"] <= 300 for s in figures.values())
+    # each run's setup (mkfs, layout, teardown) counted: a whole run costs 35 s, a run stopped at 1 s costs 6
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "multifidelity.py"), "--dataset", str(folder),
+                          "--seeds", "3", "--workers", "2", "--budget-runs", "10", "--setup-s", "5", "--workloads",
+                          "varmail", "--contestants", "auto,auto+asha", "--json"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    with_setup = json.loads(out.stdout)
+    assert with_setup["setup_s"] == 5 and with_setup["workloads"]["varmail"]["budget_s"] == 350
+    figures, before = with_setup["workloads"]["varmail"]["contestants"], result["workloads"]["varmail"]["contestants"]
+    assert figures["auto"]["evaluations"] == 10
+    assert figures["auto+asha"]["evaluations"] < before["auto+asha"]["evaluations"]

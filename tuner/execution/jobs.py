@@ -55,6 +55,13 @@ class RaceBoard(Protocol):
         """A configuration measured with every repeat: the incumbent if it is better."""
         ...
 
+    def counts(self) -> list[int]:
+        """The incumbent's runs (for the campaign's summary)."""
+        ...
+
+
+AnyBoard = TypeVar("AnyBoard", Board, RaceBoard)  # an executor hands back a handle of the kind it was given
+
 
 class ExecutorLost(Exception):
     """The executor lost what it measures on (a Ray cluster's head went away) through no fault of the
@@ -214,14 +221,14 @@ class Executor(Protocol):
         ...
 
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
-               board: Board | None = None) -> Stream:
-        """Where the loop submits jobs and takes them back as they finish; jobs with rungs are judged on ``board``
-        (one of this executor's ``board``)."""
+               board: Board | RaceBoard | None = None) -> Stream:
+        """Where the loop submits jobs and takes them back as they finish; jobs with rungs or a race are judged on
+        ``board`` (one of this executor's ``board``)."""
         ...
 
-    def board(self, halving: Board) -> Board:
-        """The campaign's ``SuccessiveHalving`` where this executor's workers can reach it: itself here, a proxy
-        or an actor elsewhere. Released by ``close``."""
+    def board(self, halving: AnyBoard) -> AnyBoard:
+        """The campaign's record (its ``SuccessiveHalving``, or its ``RepeatRace``) where this executor's workers can
+        reach it: itself here, a proxy or an actor elsewhere, with the same methods. Released by ``close``."""
         ...
 
     def run(

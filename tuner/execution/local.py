@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from storetune.runners import Measurement, Runner, Workload
 from storetune.tuner.execution.jobs import (
-    Board, Job, Recorder, Stream, measure, one_thread_each, record_all, run_jobs, worker_measure,
+    AnyBoard, Board, Job, RaceBoard, Recorder, Stream, measure, one_thread_each, record_all, run_jobs, worker_measure,
 )
 
 DRIVER_POLL_S = 0.5
@@ -46,10 +46,10 @@ class LocalExecutor:
         return None
 
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
-               board: Board | None = None) -> Stream:
+               board: Board | RaceBoard | None = None) -> Stream:
         return _LocalStream(runner, workload, record, board)
 
-    def board(self, halving: Board) -> Board:
+    def board(self, halving: AnyBoard) -> AnyBoard:
         """Runs are measured here: they are judged on the campaign's own record."""
         return halving
 
@@ -116,7 +116,7 @@ class ProcessExecutor(LocalExecutor):
             self._manager.shutdown()
             self._manager = None
 
-    def board(self, halving: Any) -> Board:
+    def board(self, halving: Any) -> Any:
         """The campaign's record in a manager process, which the workers reach through a proxy: each judgement is
         one round trip there, once a rung, a few a second at most."""
         if self._manager is None:
@@ -143,7 +143,7 @@ class ProcessExecutor(LocalExecutor):
     asynchronous = True
 
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
-               board: Board | None = None) -> Stream:
+               board: Board | RaceBoard | None = None) -> Stream:
         """Jobs measured in the workers; measurements are recorded here, by the only writer."""
         return _PoolStream(self._start(), runner.name, runner.settings(), workload, record, board)
 
@@ -157,7 +157,7 @@ class _Held:
     """The record, unpickled in the manager process, is the one its proxies call, one call at a time (the manager
     serves each worker's connection in a thread of its own)."""
 
-    def __init__(self, board: Board):
+    def __init__(self, board: Any):  # a Board or a RaceBoard: the proxy exposes both kinds' methods
         self.board, self.lock = board, threading.Lock()
 
     def judge(self, rung: int, value: float) -> bool:
@@ -183,7 +183,8 @@ _BoardManager.register("Board", _Held, exposed=("judge", "counts", "race", "offe
 class _LocalStream:
     """Measured here when taken back: one at a time, each measurement recorded as soon as it exists."""
 
-    def __init__(self, runner: Runner, workload: Workload, record: Recorder | None, board: Board | None = None):
+    def __init__(self, runner: Runner, workload: Workload, record: Recorder | None,
+                 board: Board | RaceBoard | None = None):
         self.runner, self.workload, self.record, self.board = runner, workload, record, board
         self._jobs: deque[Job] = deque()
 
@@ -204,7 +205,7 @@ class _LocalStream:
 
 class _PoolStream:
     def __init__(self, pool: ProcessPoolExecutor, name: str, settings: dict, workload: Workload,
-                 record: Recorder | None, board: Board | None = None):
+                 record: Recorder | None, board: Board | RaceBoard | None = None):
         self.pool, self.name, self.settings, self.workload, self.record = pool, name, settings, workload, record
         self.board = board
         self._futures: set[Future[Any]] = set()

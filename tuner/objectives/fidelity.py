@@ -165,6 +165,6 @@ def _full_length(runner: Runner) -> float:
     if not full:
         what = f"the {runner.name} runner on {runner.label()}"
         why = ("its table keeps no per-interval series (series:<metric> columns): it can only be replayed whole"
-               if runner.name == "dataset" else "it measures whole runs only, with no run length to stop at")
+               if runner.replays else "it measures whole runs only, with no run length to stop at")
         raise RungError(f"{what} cannot measure short runs: {why}")
     return full

@@ -119,9 +119,6 @@ class RepeatRace:
         """The incumbent's runs (a board's count, for the loop's summary)."""
         return [0 if self.incumbent is None else len(self.incumbent)]
 
-    def judge(self, rung: int, value: float) -> bool:  # a board of repeats judges no rungs
-        return True
-
 
 def check_race(race: str, repeats: int) -> None:
     """A race needs repeats enough for the test to ever stop one: refused in one line otherwise."""

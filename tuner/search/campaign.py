@@ -386,7 +386,7 @@ def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiOb
         raise ValueError("race wilcoxon judges one metric over fixed repeats: it does not combine with an objective "
                          "over several metrics, adaptive repeats (max_repeats) or fidelity asha")
     if spec.fidelity == "none":
-        if spec.budget_s is not None and runner.name == "dataset" and not (
+        if spec.budget_s is not None and runner.replays and not (
                 isinstance(runner, WatchedRunner) and runner.full_length_s()):
             raise ValueError(f"a budget of {spec.budget_s:g} device-seconds on {runner.label()}: its table keeps no "
                              "per-interval series, so a replayed run takes no device time; give a budget of evaluations")
