@@ -139,6 +139,14 @@ def _optuna(task: Task, runner: Any) -> Run:
             return optuna.create_study(direction="minimize", pruner=pruner,
                                        sampler=optuna.samplers.TPESampler(seed=self.seed))
 
+        def _moved(self, trial: Any, config: Any) -> Any:
+            """A proposal the table does not hold, measured as its nearest configuration: the proposal fails, as for
+            the suite's TPE peer, and the configuration measured is a trial of its own (enqueued), so that the
+            pruner watches the run it judges (otherwise no moved run could be pruned)."""
+            self._report(trial, None)
+            self._study.enqueue_trial({k: v for k, v in config.items() if k in self._distributions})
+            return self._study.ask(self._distributions)
+
     tuner = Pruned(runner.space, seed=task.seed, direction=task.direction)
     spent, hit, evaluations, stopped, whole = 0.0, None, 0, 0, {}
     while spent < task.budget_s:
