@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "Hyperband keeps its own defaults).")
     parser.add_argument("--min-run", type=float, default=1.0, help="auto+asha's shortest rung, in seconds.")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
-                        "(default: the share rule of bench/compare_algorithms.py, 0.1% to 1% of the table, at least one)")
+                        "(default: the share rule of bench/compare_algorithms.py, 0.1%% to 1%% of the table, at least one)")
     parser.add_argument("--setup-s", type=float, default=0.0, help="Device-seconds each run costs besides its timed "
                         "seconds (mkfs, the file layout, the cache drop, the teardown), counted in every contestant's "
                         "cost and budget: a short run still pays them. 0: the timed seconds only.")
