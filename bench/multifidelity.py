@@ -14,7 +14,9 @@ A seed succeeds once it has measured a near-optimal configuration *at full lengt
 shown that it is one); near-optimal is judged on each configuration's full-length mean over all its repeats. Its
 cost is the device-seconds spent until then (every run's length, short ones too, plus ``--setup-s`` a run: mkfs,
 the file layout and the teardown, which a run stopped at its first second pays in full). At the end of the budget, the
-configuration a contestant reports (its best whole run) is checked against the same truth.
+configuration a contestant reports (its best whole run) is checked against the same truth. A contestant's choices
+do not depend on what a run costs, so ``--setup-s 0,8.8`` reads both setups' figures off the same trajectories.
+A long report can be stopped and resumed with ``--cache FILE`` (each finished seed is a line of it).
 
 Also printed: the Spearman correlation, per workload, between each configuration's mean over its first t seconds
 and its full-length mean (both over its repeats), for t = 1, 3 and 10: whether short runs rank as long ones do.
@@ -47,13 +49,37 @@ class Task:
     workload: str
     contestant: str
     seed: int
-    budget_s: float
+    budget_s: float  # the longest budget of the setups (the trajectory goes on until every setup's is spent)
     eta: float
     min_run_s: float
     metric: str
     direction: str
     targets: frozenset  # near-optimal configurations (full-length mean over every repeat)
-    setup_s: float = 0.0  # what each run costs the device besides its timed seconds
+    budget_runs: float = 0.0  # each setup's budget: this many whole runs, each with its setup
+    full_s: float = 0.0
+    setups: tuple[float, ...] = (0.0,)  # what each run costs the device besides its timed seconds
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.workload, self.contestant, self.seed
+
+    def budget_for(self, setup_s: float) -> float:
+        return self.budget_runs * (self.full_s + setup_s)
+
+    def spent_all(self, spent: dict[float, float]) -> bool:
+        """Every setup's budget is spent (no trial starts then)."""
+        return all(spent[s] >= self.budget_for(s) for s in self.setups)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One trial of a contestant's trajectory: its runs' timed seconds, its whole value (None: stopped short or
+    failed) and whether its configuration is near-optimal. A setup's figures are read off the trajectory
+    (``Trajectory.under``): the contestant's choices do not depend on what a run costs, only where it stops."""
+    lengths: tuple[float, ...]
+    value: float | None
+    target: bool
+    stopped: bool = False
 
 
 @dataclass
@@ -69,24 +95,43 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
+def replay(task: Task, steps: Sequence[Step], setup_s: float) -> Run:
+    """A trajectory's figures with ``setup_s`` a run: a trial starts while the budget is not spent, as
+    `tune --budget-seconds` spends it; the cost is the device-seconds spent when a near-optimal configuration was
+    first measured whole; the reported best is the best whole trial within the budget."""
+    budget, spent, hit, evaluations, stopped, whole = task.budget_for(setup_s), 0.0, None, 0, 0, []
+    for step in steps:
+        if spent >= budget:
+            break
+        evaluations += 1
+        spent += sum(length + setup_s for length in step.lengths)
+        stopped += step.stopped
+        if step.value is not None:
+            whole.append(step)
+            if hit is None and step.target:
+                hit = spent
+    best = (max if task.direction == "max" else min)(whole, key=lambda s: s.value) if whole else None
+    return Run(task.workload, task.contestant, task.seed, hit, spent, evaluations,
+               best is not None and best.target, stopped)
+
+
+def run_task(task: Task) -> dict[float, Run]:
+    """One seed of one contestant on one workload, in a worker process: its figures under each setup."""
+    from storetune.tuner.execution.jobs import worker_runner
+
+    _, runner = worker_runner("dataset", {"dataset": [task.dataset], "context": {"workload": task.workload},
+                                          "metric": task.metric})
+    steps = _optuna(task, runner) if task.contestant.startswith("optuna") else _ours(task, runner)
+    return {s: replay(task, steps, s) for s in task.setups}
+
+
 def runner_for(dataset: str, workload: str, metric: str) -> Any:
     from storetune.runners import make_runner
 
     return make_runner("dataset", dataset=[dataset], context={"workload": workload}, metric=metric)
 
 
-def run_task(task: Task) -> Run:
-    """One seed of one contestant on one workload, in a worker process."""
-    from storetune.tuner.execution.jobs import worker_runner
-
-    _, runner = worker_runner("dataset", {"dataset": [task.dataset], "context": {"workload": task.workload},
-                                          "metric": task.metric})
-    if task.contestant.startswith("optuna"):
-        return _optuna(task, runner)
-    return _ours(task, runner)
-
-
-def _ours(task: Task, runner: Any) -> Run:
+def _ours(task: Task, runner: Any) -> list[Step]:
     from storetune.search_spaces import Config
     from storetune.tuner.algorithms.registry import make_tuner
     from storetune.tuner.history.memory import MemoryStore
@@ -97,23 +142,23 @@ def _ours(task: Task, runner: Any) -> Run:
     algorithm = task.contestant.split("+")[0]
     tuner = make_tuner(algorithm, runner.space, seed=task.seed, direction=task.direction)
     rungs = schedule(runner, task.eta, task.min_run_s) if task.contestant.endswith("+asha") else None
-    store, hit, spent = MemoryStore(), [], [0.0]
+    store, steps = MemoryStore(), []
+    spent = dict.fromkeys(task.setups, 0.0)
 
-    def on_trial(result: TrialResult) -> None:  # device-seconds as they are spent (a trial's run length, its setup)
+    def on_trial(result: TrialResult) -> None:  # device-seconds as they are spent (a trial's run lengths)
         trial = store.trials(measurements=True)[result.number]
-        spent[0] += sum(m.env.get("run_length_s", m.duration_s) + task.setup_s for m in trial.measurements or ())
-        if not hit and result.status.value == "SUCCEEDED" and Config(result.config) in task.targets:
-            hit.append(spent[0])
+        lengths = tuple(m.env.get("run_length_s", m.duration_s) for m in trial.measurements or ())
+        whole = trial.status == "SUCCEEDED" and trial.value is not None
+        steps.append(Step(lengths, trial.value if whole else None, Config(result.config) in task.targets,
+                          trial.status == "STOPPED"))
+        for s in spent:
+            spent[s] += sum(length + s for length in lengths)
 
-    # the budget as `tune --budget-seconds` spends it (no trial starts once it is spent), setup included
+    # the budget as `tune --budget-seconds` spends it (no trial starts once it is spent), under every setup
     run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective(task.metric, task.direction),
              store=store, budget=10**6, repeats=1, batch_size=1, seed=task.seed, on_trial=on_trial,
-             fidelity=rungs, stop=lambda: spent[0] >= task.budget_s)
-    trials = store.trials()
-    whole = [t for t in trials if t.status == "SUCCEEDED" and t.value is not None]
-    best = (max if task.direction == "max" else min)(whole, key=lambda t: t.value) if whole else None
-    return Run(task.workload, task.contestant, task.seed, hit[0] if hit else None, spent[0], len(trials),
-               best is not None and Config(best.config) in task.targets, sum(t.status == "STOPPED" for t in trials))
+             fidelity=rungs, stop=lambda: task.spent_all(spent))
+    return steps
 
 
 def _optuna(task: Task, runner: Any) -> Run:
@@ -136,7 +181,8 @@ def _optuna(task: Task, runner: Any) -> Run:
 
     class Pruned(OptunaTPE):
         def _make_study(self) -> Any:
-            return optuna.create_study(direction="minimize", pruner=pruner,
+            # named: Hyperband assigns trials to brackets by a hash of the study's name, random unless given
+            return optuna.create_study(direction="minimize", pruner=pruner, study_name=f"seed-{self.seed}",
                                        sampler=optuna.samplers.TPESampler(seed=self.seed))
 
         def _moved(self, trial: Any, config: Any) -> Any:
@@ -148,8 +194,9 @@ def _optuna(task: Task, runner: Any) -> Run:
             return self._study.ask(self._distributions)
 
     tuner = Pruned(runner.space, seed=task.seed, direction=task.direction)
-    spent, hit, evaluations, stopped, whole = 0.0, None, 0, 0, {}
-    while spent < task.budget_s:
+    steps: list[Step] = []
+    spent, evaluations = dict.fromkeys(task.setups, 0.0), 0
+    while not task.spent_all(spent):
         configs = tuner.ask(1)
         if not configs:
             break
@@ -168,14 +215,14 @@ def _optuna(task: Task, runner: Any) -> Run:
                 return not trial.should_prune()
 
             m = runner.run_watched(config, runner.workload, seed=seed, rungs=tuple(range(1, int(full) + 1)), go_on=go_on)
-            spent += m.env.get("run_length_s", m.duration_s) + task.setup_s
+            lengths = [m.env.get("run_length_s", m.duration_s)]
             pruned = "stopped_at_rung" in m.env
             value = None if m.status.value != "SUCCEEDED" else m.metrics.get(task.metric)
         else:  # whole repeats, one step each, up to the table's repeats
-            pruned, runs = False, []
+            pruned, runs, lengths = False, [], []
             for r in range(repeats):
                 m = runner.run(config, runner.workload, seed=seed + r)
-                spent += (m.duration_s or full) + task.setup_s
+                lengths.append(m.duration_s or full)
                 if m.status.value != "SUCCEEDED":
                     break
                 runs.append(m.metrics[task.metric])
@@ -185,21 +232,70 @@ def _optuna(task: Task, runner: Any) -> Run:
                         pruned = True
                         break
             value = float(np.mean(runs)) if runs else None
+        for s in spent:
+            spent[s] += sum(length + s for length in lengths)
+        steps.append(Step(tuple(lengths), None if pruned else value, Config(config) in task.targets, pruned))
         if pruned:
-            stopped += 1
             tuner._study.tell(trial, state=TrialState.PRUNED)  # TPE ranks it below the complete trials
             tuner.reserve([config])  # never proposed again
             continue
         if trial is not None:
             tuner._asked_trials[config] = trial
         tuner.tell(config, value)
-        if value is not None:
-            whole[config] = value
-            if hit is None and Config(config) in task.targets:
-                hit = spent
-    best = (max if task.direction == "max" else min)(whole, key=whole.get) if whole else None
-    return Run(task.workload, task.contestant, task.seed, hit, spent, evaluations,
-               best is not None and best in task.targets, stopped)
+    return steps
+
+
+def code_version() -> str:
+    """What the figures depend on: git's trees of the code folders, and the uncommitted change to them if any."""
+    import hashlib
+    import subprocess
+
+    root, folders = Path(__file__).resolve().parent.parent, ["bench", "tuner", "search_spaces", "runners"]
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True).stdout
+
+    trees = git("rev-parse", *(f"HEAD:{f}" for f in folders)).split()
+    change = git("diff", "HEAD", "--", *folders)
+    return hashlib.sha256(("".join(trees) + change).encode()).hexdigest()[:16] if trees else "unknown"
+
+
+class Cache:
+    """Finished seeds, one JSON line each after a first line of the settings they were run with. Hand-written: the
+    bench's only state, a file it appends to."""
+
+    def __init__(self, path: str, settings: dict[str, Any]):
+        self.path, self.done = Path(path), {}
+        if self.path.is_file() and self.path.stat().st_size:
+            lines = self.path.read_text().splitlines()
+            try:
+                header = json.loads(lines[0])["settings"]
+            except (ValueError, KeyError, TypeError):
+                raise SystemExit(f"{path}: line 1 is not this bench's settings: give another --cache") from None
+            differ = sorted(k for k in settings.keys() | header.keys() if settings.get(k) != header.get(k))
+            if differ:
+                raise SystemExit(f"{path} was written with other settings ({', '.join(differ)}): give another --cache")
+            if not self.path.read_bytes().endswith(b"\n"):  # cut short by a stop: the next seed starts a line
+                with self.path.open("a") as f:
+                    f.write("\n")
+            for number, line in enumerate(lines[1:], start=2):
+                try:
+                    entry = json.loads(line)
+                    runs = {float(s): Run(**r) for s, r in entry.items()}
+                except (ValueError, TypeError):  # a line cut short by a stop: its seed runs again
+                    print(f"{path}:{number}: not a finished seed, run again", file=sys.stderr)
+                    continue
+                first = next(iter(runs.values()))
+                self.done[(first.workload, first.contestant, first.seed)] = runs
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps({"settings": settings}) + "\n")
+
+    def add(self, runs: dict[float, Run]) -> None:
+        from dataclasses import asdict
+
+        with self.path.open("a") as f:
+            f.write(json.dumps({f"{s!r}": asdict(r) for s, r in runs.items()}) + "\n")
 
 
 def prefix_means(runner: Any, metric: str, seconds: float) -> dict[Any, float]:
@@ -247,6 +343,7 @@ def summarize(runs: Sequence[Run], budget_s: float) -> dict[str, Any]:
     median device-seconds to find one (a seed that did not counts as more than the budget), and how often the
     reported best is near-optimal."""
     rng = np.random.default_rng(0)
+    runs = sorted(runs, key=lambda r: r.seed)  # the bootstrap's draws do not depend on the order seeds ended in
     out: dict[str, Any] = {}
     for name in dict.fromkeys(r.contestant for r in runs):
         mine = [r for r in runs if r.contestant == name]
@@ -281,16 +378,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-run", type=float, default=1.0, help="auto+asha's shortest rung, in seconds.")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
                         "(default: the share rule of bench/compare_algorithms.py, 0.1%% to 1%% of the table, at least one)")
-    parser.add_argument("--setup-s", type=float, default=0.0, help="Device-seconds each run costs besides its timed "
+    parser.add_argument("--setup-s", default="0", help="Device-seconds each run costs besides its timed "
                         "seconds (mkfs, the file layout, the cache drop, the teardown), counted in every contestant's "
-                        "cost and budget: a short run still pays them. 0: the timed seconds only.")
+                        "cost and budget: a short run still pays them. 0: the timed seconds only. Several, "
+                        "comma-separated (0,8.8): each one's figures from the same trajectories, the first at the top "
+                        "of the JSON object and the others under `with_setup`.")
     parser.add_argument("--contestants", default=",".join(CONTESTANTS))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--agree", default=None, help="A fixed-length dataset measured with the same protocol "
                         "(datasets/loop-storage-v3): the Spearman coefficient of its means against the series' "
                         "prefixes of its run length, where the two hold the same configurations.")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    parser.add_argument("--cache", default=None, help="A JSON-lines file each finished seed is added to; a rerun with "
+                        "the same settings and code reads it and runs only the seeds it lacks, so that a long report "
+                        "can be stopped and resumed. It refuses a file written with other settings or code.")
     args = parser.parse_args(argv)
+    try:
+        setups = tuple(dict.fromkeys(float(v) for v in args.setup_s.split(",")))
+    except ValueError:
+        raise SystemExit(f"--setup-s {args.setup_s}: seconds, or comma-separated seconds (0,8.8)") from None
+    if any(not (math.isfinite(v) and v >= 0) for v in setups):
+        raise SystemExit(f"--setup-s {args.setup_s}: each must be a finite number of seconds, 0 or more")
 
     from storetune.tuner.analysis.convergence import near_optimal, within_for_share
     from storetune.tuner.execution.local import ProcessExecutor
@@ -310,9 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         full = runner.full_length_s()
         if not full:
             raise SystemExit(f"{dataset}, {workload}: no per-second series: measure it with `storetune sweep` first")
-        budget_s = args.budget_runs * (full + args.setup_s)  # whole runs, each with its setup
+        budget_s = args.budget_runs * (full + max(setups))  # whole runs, each with its setup
         per_workload[workload] = {"configurations": len(means), "near_optimal": len(targets), "within": within,
-                                  "run_s": full, "budget_s": budget_s,
+                                  "run_s": full,
                                   "rank_correlation": rank_correlation(runner, args.metric)}
         if args.agree:
             other = runner_for(args.agree, workload, args.metric)
@@ -324,18 +432,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         for contestant in args.contestants.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 tasks.append(Task(dataset, workload, contestant, seed, budget_s, args.eta, args.min_run, args.metric,
-                                  direction, targets, args.setup_s))
+                                  direction, targets, args.budget_runs, full, setups))
+    cache = Cache(args.cache, {"dataset": dataset, "metric": args.metric, "eta": args.eta, "min_run_s": args.min_run,
+                               "budget_runs": args.budget_runs, "setups": list(setups), "within": args.within,
+                               "code": code_version()}) if args.cache else None
+    runs = [cache.done[t.key] for t in tasks if t.key in cache.done] if cache else []
     executor = ProcessExecutor(args.workers)
     try:
-        runs = list(executor.map_unordered(run_task, tasks))
+        for run in executor.map_unordered(run_task, [t for t in tasks if not cache or t.key not in cache.done]):
+            runs.append(run)
+            if cache:
+                cache.add(run)
     finally:
         executor.close()
-    result: dict[str, Any] = {"dataset": dataset, "seeds": args.seeds, "first_seed": args.first_seed,
-                              "eta": args.eta, "min_run_s": args.min_run, "setup_s": args.setup_s, "workloads": {}}
-    for workload, info in per_workload.items():
-        figures = summarize([r for r in runs if r.workload == workload], info["budget_s"])
-        info["contestants"] = figures
+    results = [figures_for(setup, runs, per_workload, args) for setup in setups]
+    result = results[0]
+    if len(results) > 1:
+        result["with_setup"] = {f"{r['setup_s']:g}": r for r in results[1:]}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for r in results:
+        print_figures(r)
+    return 0
+
+
+def figures_for(setup: float, runs: Sequence[dict[float, Run]], per_workload: dict[str, dict[str, Any]],
+                args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON object for one setup: per workload and contestant, and the headline keys."""
+    result: dict[str, Any] = {"dataset": args.dataset, "seeds": args.seeds, "first_seed": args.first_seed,
+                              "eta": args.eta, "min_run_s": args.min_run, "setup_s": setup,
+                              "budget_runs": args.budget_runs, "workloads": {}}
+    for workload, base in per_workload.items():
+        info = {**base, "budget_s": args.budget_runs * (base["run_s"] + setup)}
+        info["contestants"] = summarize([r[setup] for r in runs if r[setup].workload == workload], info["budget_s"])
         result["workloads"][workload] = info
+
     # the headline keys: over workloads, the geometric mean of the per-workload ratios and the mean shares
     def over(key: str, fn: Any) -> float | None:
         values = [fn(w) for w in result["workloads"].values()]
@@ -359,9 +491,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["rank_correlation"] = {w: info["rank_correlation"] for w, info in per_workload.items()}
     if args.agree:
         result["agreement"] = {w: info["agreement"] for w, info in per_workload.items()}
-    if args.json:
-        print(json.dumps(result))
-        return 0
+    return result
+
+
+def print_figures(result: dict[str, Any]) -> None:
+    print(f"=== {result['setup_s']:g} s of setup a run")
     for workload, info in result["workloads"].items():
         print(f"== {workload}: {info['near_optimal']} of {info['configurations']} near-optimal (within "
               f"{info['within']:.4g} of the best), runs of {info['run_s']:g} s, budget {info['budget_s']:g} "
@@ -381,7 +515,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{s['reported_near_optimal']:14.2f} {s['evaluations']:6.0f} {s['stopped']:8.0f}")
     for key in ("asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "asha_reported_near_optimal"):
         print(f"{key}: {result[key]}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -401,12 +401,45 @@ def test_the_multifidelity_benchmark_counts_device_seconds_for_every_contestant(
         assert all(s["median_s"] is None or s["median_s"] <= 300 for s in figures.values())
     # each run's setup (mkfs, layout, teardown) counted: a whole run costs 35 s, a run stopped at 1 s costs 6
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "multifidelity.py"), "--dataset", str(folder),
-                          "--seeds", "3", "--workers", "2", "--budget-runs", "10", "--setup-s", "5", "--workloads",
+                          "--seeds", "3", "--workers", "2", "--budget-runs", "10", "--setup-s", "0,5", "--workloads",
                           "varmail", "--contestants", "auto,auto+asha", "--json"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    with_setup = json.loads(out.stdout)
+    both = json.loads(out.stdout)  # both setups read off the same trajectories: without setup, as the first run
+    assert both["setup_s"] == 0 and both["workloads"]["varmail"]["contestants"] == \
+        {k: v for k, v in result["workloads"]["varmail"]["contestants"].items() if k in ("auto", "auto+asha")}
+    with_setup = both["with_setup"]["5"]
     assert with_setup["setup_s"] == 5 and with_setup["workloads"]["varmail"]["budget_s"] == 350
     figures, before = with_setup["workloads"]["varmail"]["contestants"], result["workloads"]["varmail"]["contestants"]
     assert figures["auto"]["evaluations"] == 10
     assert figures["auto+asha"]["evaluations"] < before["auto+asha"]["evaluations"]
+
+
+def test_the_multifidelity_benchmark_resumes_from_its_cache_and_refuses_another_settings(tmp_path):
+    """A long report can be stopped and resumed: each finished seed is a line of the cache, a line cut short runs
+    again, and the figures are the same as in one sitting; a cache of other settings is refused by name."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    pytest.importorskip("optuna")
+    folder, cache = _series_dataset(tmp_path / "ts"), tmp_path / "cache.jsonl"
+    argv = [sys.executable, str(ROOT / "bench" / "multifidelity.py"), "--dataset", str(folder), "--seeds", "3",
+            "--workers", "2", "--budget-runs", "6", "--workloads", "varmail", "--contestants",
+            "random,optuna-hyperband", "--setup-s", "0,5", "--json"]
+    whole = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert whole.returncode == 0, whole.stderr
+    first = subprocess.run(argv + ["--cache", str(cache)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 1 + 6 and json.loads(lines[0])["settings"]["eta"] == 3
+    cache.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])  # the last seed cut short by a stop
+    again = subprocess.run(argv + ["--cache", str(cache)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 0, again.stderr
+    assert ":7: not a finished seed" in again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout) == json.loads(whole.stdout)
+    other = subprocess.run(argv + ["--cache", str(cache), "--eta", "2"], capture_output=True, text=True, timeout=600,
+                           cwd=ROOT)
+    assert other.returncode != 0 and "other settings (eta)" in other.stderr
