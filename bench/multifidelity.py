@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import code_fingerprint  # noqa: E402
 
+MEASURING = ("tuner", "search_spaces", "runners", "bench/multifidelity.py", "bench/optuna_tpe.py")  # --cache's code
 CONTESTANTS = ("auto", "random", "auto+asha", "optuna-hyperband", "optuna-wilcoxon")
 RANK_LENGTHS = (1, 3, 10)
 
@@ -245,21 +247,6 @@ def _optuna(task: Task, runner: Any) -> Run:
     return steps
 
 
-def code_version() -> str:
-    """What the figures depend on: git's trees of the code folders, and the uncommitted change to them if any."""
-    import hashlib
-    import subprocess
-
-    root, folders = Path(__file__).resolve().parent.parent, ["bench", "tuner", "search_spaces", "runners"]
-
-    def git(*argv: str) -> str:
-        return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True).stdout
-
-    trees = git("rev-parse", *(f"HEAD:{f}" for f in folders)).split()
-    change = git("diff", "HEAD", "--", *folders)
-    return hashlib.sha256(("".join(trees) + change).encode()).hexdigest()[:16] if trees else "unknown"
-
-
 class Cache:
     """Finished seeds, one JSON line each after a first line of the settings they were run with. Hand-written: the
     bench's only state, a file it appends to."""
@@ -435,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   direction, targets, args.budget_runs, full, setups))
     cache = Cache(args.cache, {"dataset": dataset, "metric": args.metric, "eta": args.eta, "min_run_s": args.min_run,
                                "budget_runs": args.budget_runs, "setups": list(setups), "within": args.within,
-                               "code": code_version()}) if args.cache else None
+                               "code": code_fingerprint(MEASURING)}) if args.cache else None
     runs = [cache.done[t.key] for t in tasks if t.key in cache.done] if cache else []
     executor = ProcessExecutor(args.workers)
     try:
