@@ -34,7 +34,6 @@ run started (code.json in --out).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -48,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # workers inherit sys.path, so they can import bench.optuna_tpe
 
 from bench.comparison_report import markdown, not_above_random, plot, summarize, table_lines  # noqa: E402
+from bench import provenance  # noqa: E402
 from bench.figures import Conditions  # noqa: E402
 from storetune.runners import make_runner  # noqa: E402
 from storetune.tuner.search.compare import Comparison, CompareSpec, Variant, judged_means  # noqa: E402
@@ -223,26 +223,11 @@ def fixed_hashing() -> None:
 
 MEASURING = ("tuner", "search_spaces", "runners", "bench/compare_algorithms.py", "bench/optuna_tpe.py",
              "bench/smac_peer.py")
-LIBRARIES = ("numpy", "scipy", "scikit-learn", "scikit-optimize", "deap", "optuna", "smac", "ConfigSpace", "torch",
-             "stable-baselines3", "pandas")
 
 
 def code_fingerprint() -> dict:
     """The code that measures and the versions of the libraries it uses: a resumed run must have the same."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    files = sorted(f for name in MEASURING for f in ([ROOT / name] if (ROOT / name).is_file()
-                                                     else (ROOT / name).rglob("*")) if f.suffix in (".py", ".yaml"))
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f.relative_to(ROOT)}\0".encode() + f.read_bytes())
-    versions = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = None
-    return {"code": digest.hexdigest()[:16], "libraries": versions}
+    return provenance.code_fingerprint(MEASURING)
 
 
 def check_resumable(out: Path) -> None:

@@ -81,7 +81,7 @@ def fio_alone(runner, config, repeats: int) -> dict[str, list[float]]:
             shell.run(["sync"])
             Path("/proc/sys/vm/drop_caches").write_text("3")
             started = time.monotonic()
-            metrics = run_fio(shell, runner.personality, str(mnt), mnt.parent, runner.runtime_s, seed, 600)
+            metrics, _ = run_fio(shell, runner.personality, str(mnt), mnt.parent, runner.runtime_s, seed, 600)
             out["wall"].append(time.monotonic() - started)
             out["ops"].append(metrics["ops_per_s"])
             for child in mnt.iterdir():  # the next repetition lays out its files afresh

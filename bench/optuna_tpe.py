@@ -86,10 +86,10 @@ class OptunaTPE(Tuner):
         else:
             self._study.tell(trial, value)
 
-    def _moved(self, trial: Any) -> Any:
-        """A proposal that is measured as another configuration (snapped, repaired): TPE is told it failed and
-        learns the result under the configuration measured (``_learn_unasked``). Returns the handle to report
-        the measured value on instead, if any."""
+    def _moved(self, trial: Any, config: Config) -> Any:
+        """A proposal that is measured as another configuration, ``config`` (snapped, repaired): TPE is told it
+        failed and learns the result under the configuration measured (``_learn_unasked``). Returns the handle to
+        report the measured value on instead, if any."""
         self._report(trial, None)
         return None
 
@@ -105,7 +105,7 @@ class OptunaTPE(Tuner):
             if config is not None and config not in out and not self.known(config):
                 if config.to_dict() == {k: params[k] for k in config}:
                     self._asked_trials[config] = trial  # told under its own params
-                elif (kept := self._moved(trial)) is not None:
+                elif (kept := self._moved(trial, config)) is not None:
                     self._asked_trials[config] = kept
                 out.append(config)
                 continue

@@ -89,7 +89,7 @@ class SMAC3(OptunaTPE):
         else:
             self._study.tell(info, TrialValue(cost=float(value)), save=False)
 
-    def _moved(self, info: Any) -> Any:
+    def _moved(self, info: Any, config: Any) -> Any:
         """SMAC learns the measured configuration's value at the point it proposed."""
         return info
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from storetune.runners.base import (
-    Direction, HostUnavailable, Measurement, Runner, RunnerBase, Status, Workload, guess_direction,
-    host_environment, raised,
+    Direction, GoOn, HostUnavailable, Measurement, Runner, RunnerBase, Status, WatchedRunner, Workload,
+    guess_direction, host_environment, raised,
 )
 from storetune.runners.settings import SETTINGS, RunnerSettings, parse_settings, settings_model
 
@@ -60,12 +60,14 @@ __all__ = [
     "inspected_runner",
     "RUNNERS",
     "Direction",
+    "GoOn",
     "Measurement",
     "Runner",
     "RunnerBase",
     "RunnerSettings",
     "SETTINGS",
     "Status",
+    "WatchedRunner",
     "Workload",
     "guess_direction",
     "host_environment",

@@ -8,12 +8,13 @@ import logging
 import os
 import platform
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from storetune.search_spaces import Config, InvalidConfig, SearchSpace
 from storetune.search_spaces.status import Direction, Status
+from storetune.runners.series import Series
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class Measurement:
     env: Mapping[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
     node: str | None = None  # the machine that measured it, set by the executor that ran the runner
+    series: Series | None = None  # what the run did interval by interval, where the benchmark says (fio's logs)
 
     @classmethod
     def failed(cls, status: Status, reason: str, **kw: Any) -> Measurement:
@@ -59,6 +61,7 @@ class Runner(Protocol):
 
     name: ClassVar[str]
     exclusive: ClassVar[bool]  # owns a disk: its measurements never run beside each other on one machine
+    replays: ClassVar[bool]  # answers from recorded measurements: its runs take no time of their own
     space: SearchSpace
     workload: Workload
     device: str  # what the history compares campaigns by, beside the workload (warm starts): the runner's name,
@@ -99,6 +102,33 @@ class Runner(Protocol):
     def close(self) -> None:
         """Release what the runner holds (a loop device); it may be used again afterwards."""
         ...
+
+
+# Whether a watched run goes on past a rung: the rung's index and what the run measured up to it.
+GoOn = Callable[[int, Mapping[str, float]], bool]
+
+
+@runtime_checkable
+class WatchedRunner(Protocol):
+    """A runner whose run can be judged as it goes and stopped at a rung (multi-fidelity search): the rungs are
+    run lengths in seconds, the last its full length. ``run_watched`` returns what the run measured up to where
+    it stopped, with ``run_length_s`` (and ``stopped_at_rung`` where ``go_on`` stopped it) in its environment
+    and the seconds it ran as its duration."""
+
+    def full_length_s(self) -> float:
+        """The length of a whole run: the last rung."""
+        ...
+
+    def watched_metrics(self) -> tuple[str, ...]:
+        """The metrics ``go_on`` is given at a rung: the ones a run can be judged by."""
+        ...
+
+    def interval_s(self) -> float:
+        """How often a run says how it goes (its series' interval): rungs are whole multiples of it."""
+        ...
+
+    def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
+                    go_on: GoOn) -> Measurement: ...
 
 
 class HostUnavailable(Exception):
@@ -150,6 +180,7 @@ class RunnerBase:
 
     name: ClassVar[str]
     exclusive: ClassVar[bool] = False  # owns a disk: measurements must not run beside each other
+    replays: ClassVar[bool] = False  # answers from recorded measurements (a table), taking no time of its own
     space: SearchSpace
     workload: Workload
 

@@ -6,7 +6,9 @@ Four formats, told apart by their header:
 - ATC'18 (Cao et al.): option columns plus ``throughput`` (maximise), with setup columns such as
   ``workload_id``, ``machine_id`` and ``disk_type``.
 - long: configuration columns, then ``repeat``, then optional ``status``/``reason``, then metric
-  columns. StoreTune's own sweeps write it, beside a ``manifest.json`` giving metric directions.
+  columns. StoreTune's own sweeps write it, beside a ``manifest.json`` giving metric directions. A
+  ``series:<metric>`` column holds the repeat's per-interval values, space-separated (the manifest's
+  ``series_interval_s``, 1 s by default), so that a replay can answer what a shorter run would have said.
 - wide: any other table, whose objective column the caller names (``--metric PERF``).
 
 Rows with the same configuration are repeats. Setup columns are not knobs: each is pinned with a
@@ -22,7 +24,7 @@ import json
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from storetune.runners.base import (  # noqa: F401 (DatasetError and TableWarnin
     DatasetError, Direction, Status, TableWarning, Workload, guess_direction)
 from storetune.runners.table_checks import (
     check_cells, check_header, check_repeats, refuse_identifiers, show_cell, where_in_file)
+from storetune.runners.series import Series, SeriesError
 from storetune.runners.text import decode
 from storetune.search_spaces import Config, TableSpace, Value, infer_table_space, load_space
 
@@ -41,6 +44,7 @@ CONTEXT_COLUMNS = ("workload_id", "machine_id", "disk_type", "workload", "device
 # Codes of the ATC'18 files, spelled out (their README.txt).
 ATC18_LABELS = {"io_scheduler": {0: "cfq", 1: "deadline", 2: "noop"}}
 LONG_EXTRA = ("status", "reason")
+SERIES_PREFIX = "series:"  # a long table's per-interval column: series:ops_per_s
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class Table:
     outcomes: dict[Config, tuple[Status, str | None]]  # configurations the sweep recorded as failed
     notes: tuple[str, ...] = ()  # the warnings its reading raised, for callers that cannot show warnings (REST)
     dropped: tuple[str, ...] = ()  # columns left out as not knobs (``drop``)
+    # per configuration, each repeat's per-interval series (aligned with ``repeats``; None where a repeat has
+    # none); empty for a table without series columns
+    series: dict[Config, tuple[Series | None, ...]] = field(default_factory=dict)
 
     @property
     def default_metric(self) -> str:
@@ -173,19 +180,57 @@ def _load_table(paths: list[Path], folder: bool, context: Mapping[str, Any] | No
                                f"configuration(s) over {', '.join(config_columns) or 'no option column'}): nothing "
                                "to tune")
     values = frame[list(metrics)].to_numpy(dtype=float)[order]
+    per_row = _series(frame, float(manifest.get("series_interval_s", 1.0))) if fmt == "long" else None
     succeeded = (frame["status"].astype(str) == Status.SUCCEEDED.value).to_numpy()[order] if "status" in frame else None
     repeats: dict[Config, np.ndarray] = {}
     outcomes: dict[Config, tuple[Status, str | None]] = {}
+    series: dict[Config, tuple[Series | None, ...]] = {}
     for row, group in zip(distinct, np.split(np.arange(len(order)), starts[1:])):
         config = to_config(row)
         ok = group if succeeded is None else group[succeeded[group]]
         if len(ok):
             repeats[config] = values[ok]
+            if per_row is not None:
+                series[config] = tuple(per_row[i] for i in order[ok])
         else:
             first = frame.iloc[order[group[0]]]
             reason = first.get("reason")
             outcomes[config] = (Status(first["status"]), None if pd.isna(reason) or reason == "" else str(reason))
-    return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes, tuple(notes), drop)
+    return Table(name, tuple(paths), digest, fmt, metrics, pinned, space, repeats, outcomes, tuple(notes), drop,
+                 series)
+
+
+def _series(frame: pd.DataFrame, interval_s: float) -> list[Series | None] | None:
+    """Each row's series from its ``series:<metric>`` cells (values separated by spaces; an empty cell: the
+    repeat has none), by row position; None where the table has no series column. A value that is not a finite
+    number, or metrics of different lengths in one row, name the file, line and interval."""
+    columns = [c for c in frame.columns if str(c).startswith(SERIES_PREFIX)]
+    if not columns:
+        return None
+    out: list[Series | None] = []
+    for i in range(len(frame)):
+        cells = {c[len(SERIES_PREFIX):]: str(frame[c].iloc[i]).strip() for c in columns}
+        if all(v in ("", "nan") for v in cells.values()):
+            out.append(None)
+            continue
+        values = {}
+        for metric, text in cells.items():
+            numbers = []
+            for k, word in enumerate(text.split(), 1):
+                try:
+                    number = float(word)
+                except ValueError:
+                    number = float("nan")
+                if not np.isfinite(number):
+                    raise DatasetError(f"{where_in_file(frame, i)}: {SERIES_PREFIX}{metric}: interval {k} is "
+                                       f"{show_cell(word)}, not a finite number")
+                numbers.append(number)
+            values[metric] = tuple(numbers)
+        try:
+            out.append(Series(interval_s, values))
+        except SeriesError as e:
+            raise DatasetError(f"{where_in_file(frame, i)}: {e}") from None
+    return out
 
 
 def _warn(notes: list[str], message: str) -> None:
@@ -382,7 +427,7 @@ def _split_columns(
     else:
         at = columns.index("repeat")
         config_columns = [c for c in columns[:at] if c not in LONG_EXTRA]
-        names = [c for c in columns[at + 1 :] if c not in LONG_EXTRA]
+        names = [c for c in columns[at + 1 :] if c not in LONG_EXTRA and not c.startswith(SERIES_PREFIX)]
         declared = manifest.get("metrics", {})
         for m, given in declared.items():
             if given is not None and _direction(given) is None:

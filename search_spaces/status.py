@@ -23,11 +23,12 @@ class Status(str, Enum):
     INVALID = "INVALID"  # the configuration is refused: outside the space, not in the table, rejected by mkfs
     TIMEOUT = "TIMEOUT"
     STALE = "STALE"  # was RUNNING when its driver died; re-run on resume, never counted
+    STOPPED = "STOPPED"  # measured short and stopped at a rung by multi-fidelity search (ASHA): counted, never a best
 
     @property
     def terminal(self) -> bool:
         """A finished evaluation, which counts towards the budget."""
-        return self in (Status.SUCCEEDED, Status.FAILED, Status.INVALID, Status.TIMEOUT)
+        return self in (Status.SUCCEEDED, Status.FAILED, Status.INVALID, Status.TIMEOUT, Status.STOPPED)
 
 
 def check_direction(direction: str) -> Direction:

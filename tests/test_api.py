@@ -188,6 +188,28 @@ def test_adaptive_repeats_over_rest_count_re_measurements_and_report_the_incumbe
         assert len(best["measurements"]) == max(runs)
 
 
+def test_a_campaign_with_asha_over_rest_spends_its_device_seconds_and_shows_stopped_runs(sqlite_url, tmp_path):
+    from test_fidelity import _series_table
+
+    table = _series_table(tmp_path / "measurements.csv")
+    with client_for(sqlite_url, tmp_path, data_dirs=str(tmp_path)) as client:
+        created = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(table)},
+                                                  "fidelity": "asha", "budget_s": 60, "seed": 4})
+        assert created.status_code == 201, created.text
+        done = wait_for(client, f"/campaigns/{created.json()['id']}", ("finished",))
+        assert done["fidelity"] == {"kind": "asha", "rungs": [1.0, 3.0, 9.0], "eta": 3.0, "budget_s": 60.0}
+        assert done["budget"] == 60 and "device-seconds was spent" in done["note"]  # capped at the table's size
+        assert done["progress"]["trials_by_status"]["STOPPED"] > 0
+        trials = client.get(f"/campaigns/{done['id']}/trials", params={"limit": 100}).json()["items"]
+        stopped = next(t for t in trials if t["status"] == "STOPPED")
+        shown = client.get(f"/campaigns/{done['id']}/trials/{stopped['number']}").json()
+        [m] = shown["measurements"]
+        assert m["env"]["run_length_s"] in (1, 3) and len(m["series"]["ops_per_s"]) == m["env"]["run_length_s"]
+        refused = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(table)},
+                                                  "eta": 2})
+        assert refused.status_code == 422 and "eta and min_run_s set the rungs of fidelity asha" in refused.text
+
+
 def test_tables_read_with_a_warning_say_so_in_the_response_that_created_the_run(sqlite_url, tmp_path):
     """Python's warnings reach no REST client: two tables that would be read as one say so in the 201."""
     first, second = tmp_path / "first.csv", tmp_path / "second.csv"
@@ -234,6 +256,8 @@ def test_bad_input_is_a_4xx_naming_the_field(history_url, tmp_path, bdbc):
         post(bdbc_campaign(bdbc, parallel=0), 422, ["body", "parallel"])
         post(bdbc_campaign(bdbc, repeats=3, max_repeats=2), 422, ["body", "max_repeats"])  # a cap below the repeats
         post(bdbc_campaign(bdbc, max_repeats=1000), 422, ["body", "max_repeats"])
+        post(bdbc_campaign(bdbc, fidelity="asha"), 422, ["body", "fidelity"])  # a table without per-second series
+        post(bdbc_campaign(bdbc, budget_s=-1), 422, ["body", "budget_s"])
         post(bdbc_campaign(bdbc, parallel=10_000), 422, ["body", "parallel"])  # more than the server allows
         post(bdbc_campaign(bdbc, metric="colour"), 422, ["body", "metric"])
         post({**bdbc_campaign(bdbc), "runner_settings": {"dataset": str(outside)}}, 403,

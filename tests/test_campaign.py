@@ -166,7 +166,7 @@ class TwoSlots:
     def describe(self):
         return {"kind": self.kind, "nodes": 1, "workers": self.workers}
 
-    def stream(self, runner, workload, record=None):
+    def stream(self, runner, workload, record=None, board=None):
         from collections import deque
 
         from storetune.tuner.execution.jobs import measure

@@ -230,7 +230,7 @@ def test_the_dirty_limit_holds_during_the_run_and_the_hosts_comes_back(loop_dir,
 
     def benchmark(*args, **kwargs):  # stands in for fio: what the host is set to while it would run
         during.update({n: (vm / n).read_text().strip() for n in names})
-        return {"ops_per_s": 1.0}
+        return {"ops_per_s": 1.0}, None
 
     monkeypatch.setattr(device_runner, "run_fio", benchmark)
     r = runner(loop_dir, dirty_limit_mib=64, warmup_runs=0)
@@ -363,6 +363,49 @@ def test_every_personality_runs_cleanly_under_fio(loop_dir, workload):
     assert m.status is Status.SUCCEEDED, m.reason  # a fio job that could not run fails the measurement
     assert m.metrics["read_ops_per_s"] > 0 and m.metrics["write_ops_per_s"] > 0
     assert m.env["timings_s"]["benchmark"] >= 2  # it ran for its whole runtime
+
+
+def test_a_fio_run_keeps_its_per_second_series_and_its_steady_state(loop_dir):
+    """fio's per-second IOPS and bandwidth logs, summed over its jobs: one value a second of the run, whose mean
+    is the run's figure (fio divides by its own clock: they differ by the seconds' edges and the last part
+    second), and SNIA's steady-state test on it."""
+    r = runner(loop_dir, workload="fileserver", runtime_s=6, fileset_mib=64)
+    m = r.run(r.space.validate({"fs": "ext4"}, fill_defaults=True), r.workload, seed=1)
+    r.close()
+    assert m.status is Status.SUCCEEDED, m.reason
+    s = m.series
+    assert s is not None and s.interval_s == 1.0 and 5 <= len(s) <= 6, s
+    assert all(v > 0 for v in s.values["ops_per_s"]) and len(s.values["mb_per_s"]) == len(s)
+    assert s.mean("ops_per_s", len(s)) == pytest.approx(m.metrics["ops_per_s"], rel=0.25)
+    assert s.mean("mb_per_s", len(s)) == pytest.approx(m.metrics["mb_per_s"], rel=0.25)
+    assert set(s.to_dict()["steady"]) == {"reached", "from_s", "rule"}
+    assert leftovers(loop_dir) == NOTHING
+
+
+def test_a_watched_run_is_interrupted_at_the_rung_where_it_is_told_to_stop(loop_dir):
+    """fio reports every second; at the 2 s rung the run is judged on its ops/s so far and, told to stop, fio is
+    interrupted: the measurement is what it did in those seconds, and the device is freed at once."""
+    from storetune.runners import WatchedRunner
+
+    r = runner(loop_dir, workload="fileserver", runtime_s=8, fileset_mib=64, warmup_runs=0)
+    assert isinstance(r, WatchedRunner) and r.full_length_s() == 8
+    config = r.space.validate({"fs": "ext4"}, fill_defaults=True)
+    judged = []
+    stopped = r.run_watched(config, r.workload, seed=1, rungs=(2, 8),
+                            go_on=lambda k, metrics: judged.append((k, metrics)) or False)
+    whole = r.run_watched(config, r.workload, seed=1, rungs=(2, 8), go_on=lambda k, metrics: True)
+    r.close()
+    assert stopped.status is Status.SUCCEEDED, stopped.reason
+    assert [k for k, _ in judged] == [0] and judged[0][1]["ops_per_s"] > 0
+    assert stopped.env["stopped_at_rung"] == 0 and stopped.env["run_length_s"] == 2
+    # fio wrote its per-second logs up to the interruption: a second or two of the 8, or none whole
+    assert stopped.metrics["ops_per_s"] > 0 and (stopped.series is None or len(stopped.series) <= 3)
+    assert whole.status is Status.SUCCEEDED and "stopped_at_rung" not in whole.env and whole.env["run_length_s"] == 8
+    assert whole.env["timings_s"]["benchmark"] >= 8 and whole.series is not None and len(whole.series) >= 7
+    # fio was interrupted, not run whole: the same layout, 6 s less of timed run
+    assert stopped.env["timings_s"]["benchmark"] + 4 < whole.env["timings_s"]["benchmark"], \
+        (stopped.env["timings_s"], whole.env["timings_s"])
+    assert leftovers(loop_dir) == NOTHING
 
 
 def test_fileserver_fits_btrfs_on_the_default_device(loop_dir):

@@ -148,3 +148,14 @@ def test_the_device_path_runs_as_written(home: Path):
     history = History(f"sqlite:///{home}/results/device.sqlite")
     [campaign] = history.campaigns()
     assert campaign.state == "finished" and campaign.runner == "device"
+    # each run kept its per-second series, and the report draws them: a 2 s run is shorter than the steady-state
+    # window, so none of them reached steady state, and the report says so
+    from storetune.api.report.page import campaign_figures
+    from storetune.tuner.analysis.report import campaign_data
+
+    runs = [m for t in history.trials(campaign.id, measurements=True) for m in t.measurements]
+    assert runs and all(m.series and 1 <= len(m.series["ops_per_s"]) <= 2 for m in runs if m.status == "SUCCEEDED")
+    data = campaign_data(history, campaign.id)
+    succeeded = sum(m.status == "SUCCEEDED" for m in runs)
+    assert data["series"]["total"] == succeeded == data["series"]["unsteady_runs"]
+    assert f"{succeeded} of the {succeeded} never reached steady state" in campaign_figures(data)["series"]["caption"]

@@ -248,3 +248,67 @@ def test_the_report_of_an_adaptive_campaign_counts_evaluations_and_follows_the_i
     counts, evaluated = history.progress(summary.campaign, 1)
     assert evaluated == 40 == history.evaluations(summary.campaign, 1) and any(t.runs > 1 for t in trials)
     assert counts == history.status_counts(summary.campaign) and sum(counts.values()) == len(trials) < 40
+
+
+def _repeated_table(path, repeats=8, seed=0):
+    """40 configurations measured 8 times each: a rate per configuration, 3% noise per run."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lines = ["a,b,repeat,status,reason,ops_per_s"]
+    for a in range(8):
+        for b in range(5):
+            rate = 1000 - 30 * (a - 5) ** 2 - 20 * (b - 2) ** 2
+            lines += [f"{a},{b},{r},SUCCEEDED,,{rate * rng.normal(1, 0.03):.3f}" for r in range(repeats)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_race_on_repeats_stops_the_configurations_that_lose_it(tmp_path, workers):
+    """`--repeats 8 --race wilcoxon`: a configuration's runs race the incumbent's in the worker, and the clearly
+    worse ones stop after a few runs, with the test's p-value in their reason; the incumbent has all its runs,
+    and no configuration that stopped beats it on its own table's mean."""
+    from storetune.runners import make_runner
+    from storetune.tuner.algorithms.registry import make_tuner
+    from storetune.tuner.execution.local import LocalExecutor, ProcessExecutor
+    from storetune.tuner.history.memory import MemoryStore
+    from storetune.tuner.objectives.intensify import RepeatRace
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import run_loop
+
+    runner = make_runner("dataset", dataset=[str(_repeated_table(tmp_path / "t.csv"))])
+    store, tuner = MemoryStore(), make_tuner("random", runner.space, seed=1, direction="max")
+    executor = LocalExecutor() if workers == 1 else ProcessExecutor(workers)
+    try:
+        run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective("ops_per_s", "max"), store=store,
+                 budget=30, repeats=8, batch_size=workers, seed=0, executor=executor,
+                 race=RepeatRace("max", 8))
+    finally:
+        executor.close()
+    trials = store.trials(measurements=True)
+    raced = [t for t in trials if t.reason and t.reason.startswith("raced out after ")]
+    assert raced and all(t.status == "SUCCEEDED" and 4 <= t.runs < 8 and "Wilcoxon signed-rank p = " in t.reason
+                         for t in raced)
+    whole = [t for t in trials if t.runs == 8]
+    best = max(whole, key=lambda t: t.value)
+    means = runner.table.means("ops_per_s")
+    assert all(means[Config(t.config)] < means[Config(best.config)] for t in raced)
+    assert sum(t.runs for t in trials) < 8 * len(trials)
+
+
+def test_race_wilcoxon_from_the_command_line_and_its_refusals(sqlite_url, tmp_path):
+    table = _repeated_table(tmp_path / "t.csv")
+    out = run_cli("tune", "--dataset", str(table), "--repeats", "8", "--race", "wilcoxon", "--budget", "20",
+                  "--algorithm", "random", "--seed", "2", "--json", db=sqlite_url, check=True)
+    campaign = json.loads(out.stdout.splitlines()[-1])["campaign"]
+    history = History(sqlite_url)
+    assert history.campaign(campaign).fidelity == {"kind": "none", "budget_s": None, "race": "wilcoxon"}
+    trials = history.trials(campaign)
+    assert any(t.runs < 8 and t.reason.startswith("raced out after") for t in trials)
+    for args, said in ((["--repeats", "4"], "race wilcoxon with 4 repeats cannot stop a configuration early"),
+                       (["--repeats", "8", "--max-repeats", "10"], "does not combine with an objective over several "
+                                                                  "metrics, adaptive repeats"),
+                       (["--repeats", "8", "--race", "fast"], "race 'fast': choose none or wilcoxon")):
+        out = run_cli("tune", "--dataset", str(table), "--budget", "10", "--race", "wilcoxon", *args, db=sqlite_url)
+        assert out.returncode == 2 and said in " ".join(out.stderr.split()), (args, out.stderr)

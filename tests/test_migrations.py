@@ -24,7 +24,7 @@ from storetune.tuner import History
 from storetune.tuner.history.models import Base
 from storetune.tuner.history.schema import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 
-HEAD = "0009"
+HEAD = "0011"
 OPENERS = 4
 ROUNDS = 12  # the WAL switch failed about one round in 40 before it was retried: 12 rounds of 4 catch it often
 

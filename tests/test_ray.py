@@ -294,9 +294,78 @@ def test_a_device_campaign_uses_two_loop_slots_at_once_and_leaks_none(cluster, s
     assert Counter(t.status for t in trials)["SUCCEEDED"] >= 3, [(t.status, t.reason) for t in trials]
     devices = {m.env.get("device") for m in measurements}
     assert len(devices) == 2, devices  # one loop device per worker, two workers at once
+    # each loop slot's actor set its device up and warmed it up once, not before every job
+    warmed = [m for m in measurements if "warmup_ops_per_s" in m.env]
+    assert 1 <= len(warmed) <= 2 and len({m.env["device"] for m in warmed}) == len(warmed), warmed
     attached = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert str(loops) not in attached  # every worker detached its own
     assert not list(loops.glob("*.img")) if loops.exists() else True
+
+
+@pytest.mark.device
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("fio") or not shutil.which("losetup"),
+                    reason="the device runner needs root, fio and losetup")
+def test_asha_on_two_nodes_stops_device_runs_short_and_frees_their_loop_slots(cluster, sqlite_url, tmp_path):
+    """fio runs on two nodes' loop slots, judged on one actor at 1 s and 3 s of 6: the stopped runs end there (their
+    tasks, and so their loop slots, are done seconds before a whole run's) and nothing is left attached."""
+    loops = tmp_path / "loops"
+    env = {"RAY_ADDRESS": cluster.address, **cluster.auth}
+    out = run_cli("tune", "--runner", "device", "--loop-dir", str(loops), "--loop-size-mib", "320", "--fileset-mib",
+                  "16", "--runtime", "6", "--workload", "varmail", "--fix", "fs=ext4", "--budget", "8", "--parallel",
+                  "2", "--fidelity", "asha", "--seed", "3", "--warmup-runs", "0", "--json", db=sqlite_url, env=env,
+                  timeout=900)  # no warm-up: a whole run, not watched, would blur the durations compared below
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.splitlines()[-1])
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert len(trials) == 8 and summary["executor"]["nodes"] == 2
+    ran = {t.number: t.measurements[-1] for t in trials if t.status in ("SUCCEEDED", "STOPPED")}
+    stopped = [n for n, m in ran.items() if m.env["run_length_s"] < 6]
+    whole = [n for n, m in ran.items() if m.env["run_length_s"] == 6]
+    assert stopped and whole, [(t.number, t.status, t.reason) for t in trials]
+    assert all(next(t for t in trials if t.number == n).status == "STOPPED" for n in stopped)
+    # a stopped run's task took its setup and its seconds, not the whole run's: seconds sooner
+    import statistics
+
+    assert statistics.median(ran[n].duration_s for n in stopped) + 2 < statistics.median(ran[n].duration_s
+                                                                                         for n in whole), \
+        {n: (m.env["run_length_s"], round(m.duration_s, 1)) for n, m in ran.items()}
+    assert str(loops) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.device
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("fio") or not shutil.which("losetup"),
+                    reason="the device runner needs root, fio and losetup")
+def test_a_device_holder_killed_mid_run_is_replaced_and_its_job_run_again(sqlite_url, tmp_path):
+    """The actor that holds the loop slot is SIGKILLed while it measures: another takes the slot (the dead one's
+    device is reaped), the job runs again there, every trial is recorded once, and nothing is left attached."""
+    loops = tmp_path / "loops"
+    proc = subprocess.Popen([*STORETUNE, "tune", "--runner", "device", "--loop-dir", str(loops), "--loop-size-mib",
+                             "320", "--fileset-mib", "16", "--runtime", "3", "--workload", "varmail", "--fix",
+                             "fs=ext4", "--budget", "3", "--executor", "ray", "--parallel", "1", "--seed", "1",
+                             "--warmup-runs", "0", "--json"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "STORETUNE_DATABASE_URL": sqlite_url,
+                                 "RAY_ADDRESS": ""}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, holder = time.monotonic() + 180, None
+        while holder is None and time.monotonic() < deadline:  # the holder, once its fio runs
+            assert proc.poll() is None, proc.communicate()
+            fios = [pid for pid, cmdline in processes() if cmdline[0] == "fio" and any(str(loops) in c for c in cmdline)]
+            for pid in fios:
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if "_Holder" in " ".join(dict(processes()).get(parent, [""])):
+                    holder = parent
+            time.sleep(0.2)
+        assert holder is not None, "no holder ran fio"
+        os.kill(holder, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    trials, measurements = recorded(sqlite_url, json.loads(stdout.splitlines()[-1])["campaign"])
+    assert sorted(t.number for t in trials) == [0, 1, 2]
+    assert Counter(t.status for t in trials) == {"SUCCEEDED": 3}, [(t.status, t.reason) for t in trials]
+    assert str(loops) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
 
 
 def test_a_resource_no_node_advertises_is_one_line(cluster, sqlite_url, tmp_path):
@@ -399,3 +468,36 @@ def test_an_embedded_ray_leaves_the_users_home_alone(sqlite_url, bdbc, tmp_path)
     assert json.loads(out.stdout.splitlines()[-1])["executor"]["kind"] == "ray"
     left = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     assert left == [], left
+
+
+def test_asha_on_ray_judges_every_run_on_one_actor_and_stops_the_hopeless(sqlite_url, tmp_path):
+    """Multi-fidelity search with Ray tasks: each task judges its run at the rungs on the campaign's actor, so
+    runs on different workers are ranked against each other; the stopped ones end early and free their worker."""
+    from test_fidelity import _series_table
+
+    table = _series_table(tmp_path / "measurements.csv")
+    out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", "--budget", "30", "--parallel", "2",
+                  "--executor", "ray", "--seed", "2", "--json", db=sqlite_url, check=True, env={"RAY_ADDRESS": ""})
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["executor"]["kind"] == "ray"
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert len(trials) == 30 and all(m.env["executor"] == "ray" for m in measurements)
+    lengths = Counter(m.env["run_length_s"] for m in measurements)
+    assert set(lengths) <= {1, 3, 9} and lengths[1] > 0 and lengths[9] > 0
+    stopped = [t for t in trials if t.status == "STOPPED"]
+    assert len(stopped) == lengths[1] + lengths[3] and 30 / 2 <= len(stopped) < 30
+
+
+def test_a_race_on_repeats_on_ray_stops_losers_in_their_tasks(sqlite_url, tmp_path):
+    """The race's incumbent lives in an actor: tasks on any worker stop a losing configuration's runs."""
+    from test_intensify import _repeated_table
+
+    table = _repeated_table(tmp_path / "t.csv")
+    out = run_cli("tune", "--dataset", str(table), "--repeats", "8", "--race", "wilcoxon", "--budget", "20",
+                  "--parallel", "2", "--executor", "ray", "--algorithm", "random", "--seed", "2", "--json",
+                  db=sqlite_url, check=True, env={"RAY_ADDRESS": ""})
+    summary = json.loads(out.stdout.splitlines()[-1])
+    trials, measurements = recorded(sqlite_url, summary["campaign"])
+    assert len(trials) == 20 and all(m.env["executor"] == "ray" for m in measurements)
+    raced = [t for t in trials if t.reason and t.reason.startswith("raced out after")]
+    assert raced and all(t.runs < 8 for t in raced) and len(measurements) < 8 * 20

@@ -216,7 +216,7 @@ def test_host_wide_settings_are_one_measurement_s_at_a_time(loop_dir, monkeypatc
 
     def benchmark(*args, **kwargs):  # stands in for fio: what the host is set to while it would run
         seen.append(dirty.read_text().strip())
-        return {"ops_per_s": 1.0}
+        return {"ops_per_s": 1.0}, None
 
     monkeypatch.setattr(device_runner, "run_fio", benchmark)
     for limited, other_changes in ((True, False), (False, True)):
@@ -307,8 +307,8 @@ def test_a_run_that_waits_too_long_for_the_host_stops_its_campaign_and_blames_no
 
     monkeypatch.setenv("STORETUNE_HOST_LOCK", str(tmp_path / "host.lock"))  # a private lock: only this test's runs
     monkeypatch.setattr(device_runner, "HostSettings", Impatient)
-    monkeypatch.setattr(device_runner, "run_fio", lambda *a, **kw: {"ops_per_s": 1.0, "mb_per_s": 1.0,
-                                                                     "lat_mean_us": 1.0, "lat_p99_us": 1.0})
+    monkeypatch.setattr(device_runner, "run_fio", lambda *a, **kw: ({"ops_per_s": 1.0, "mb_per_s": 1.0,
+                                                                      "lat_mean_us": 1.0, "lat_p99_us": 1.0}, None))
     history = History(sqlite_url)
     r = runner(loop_dir, warmup_runs=0)
     config = r.space.validate({"fs": "ext2"}, fill_defaults=True)  # one configuration the device takes

@@ -227,3 +227,34 @@ def test_an_interrupted_sweep_says_what_is_kept_and_the_same_command_finishes_it
         in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["campaigns"] == {"varmail": 1} and manifest["rows"] == 15  # 15 trials: time to interrupt
+
+
+def test_a_sweep_keeps_each_run_s_series_and_a_fresh_clone_replays_it_at_any_length(tmp_path, monkeypatch):
+    """Runs of 3 s: each repeat's per-second series goes into the dataset's series:<metric> columns, a fresh
+    history adopts them with the measurements, and the dataset runner answers what 1 s would have said."""
+    from storetune.runners.series import Series
+
+    monkeypatch.setenv("STORETUNE_STATE_DIR", str(tmp_path / "state"))
+    device = DeviceSettings(space="storage_v1", runtime_s=3, loop_dir=str(tmp_path / "loops"), loop_size_mib=400,
+                            fileset_mib=16, warmup_runs=0)
+    spec = SweepSpec(out=tmp_path / "ds", device=device, workloads=("varmail",), repeats=1, per_stratum=1,
+                     command=["storetune", "sweep", "..."])
+    history = History(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    manifest = json.loads(run_sweep(history, spec).read_text())
+    header = (tmp_path / "ds" / "measurements.csv").read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["series:ops_per_s", "series:mb_per_s"] and manifest["series_interval_s"] == 1.0
+    runner = make_runner("dataset", dataset=str(tmp_path / "ds"), context={"workload": "varmail"})
+    kept = {c: s[0] for c, s in runner.table.series.items()}
+    assert len(kept) == manifest["valid_configurations"] and all(s is not None and 2 <= len(s) <= 3 for s in kept.values())
+    config, series = next(iter(kept.items()))
+    short = runner.measure_at(config, runner.workload, seed=0, seconds=1, skip_s=1)
+    assert short.metrics["ops_per_s"] == pytest.approx(series.values["ops_per_s"][1], rel=1e-5)
+
+    fresh = History(f"sqlite:///{tmp_path / 'fresh.sqlite'}")  # a clone without the history: adopted from the file
+    run_sweep(fresh, spec)
+    adopted = {t.config_hash: m.series for t in fresh.trials(json.loads((tmp_path / "ds" / "manifest.json").read_text())
+                                                             ["campaigns"]["varmail"], measurements=True)
+               for m in t.measurements if m.status == "SUCCEEDED"}
+    assert len(adopted) == len(kept)
+    assert sorted(Series.from_dict(s).values["ops_per_s"] for s in adopted.values()) == \
+        sorted(s.values["ops_per_s"] for s in kept.values())

@@ -27,7 +27,7 @@ from storetune.runners.base import TableWarning
 from storetune.tuner.objectives.objective import table_metric
 from storetune.search_spaces import format_config, list_spaces, load_space
 from storetune.tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
-from storetune.tuner.search.campaign import WARM_STARTS
+from storetune.tuner.search.campaign import UNBOUNDED_EVALUATIONS, WARM_STARTS
 from storetune.tuner.history.schema import SchemaError, check_url, make_engine, shown_url, upgrade_schema
 
 app = typer.Typer(
@@ -125,6 +125,20 @@ def tune(
         help="Several metrics instead of --metric: weights 'ops_per_s:3,lat_p99_us:2' (each metric relative to "
              "the first succeeded trial), priorities 'rank:ops_per_s,lat_p99_us;tol=0.05' (the next metric breaks "
              "ties within 5%), or the Pareto set 'pareto:ops_per_s,lat_p99_us'.")] = None,
+    fidelity: Annotated[str, typer.Option(
+        help="asha: judge each run at rungs of its length (--min-run, x --eta, ... up to the whole run) and stop "
+             "those not in the best 1/eta there; none: run every benchmark whole. For runners with a run length "
+             "(the device runner with fio, a table with per-second series).")] = "none",
+    eta: Annotated[float, typer.Option(help="--fidelity asha: the factor between rungs; about one run in eta goes "
+                                            "on past each.")] = 3.0,
+    min_run: Annotated[float, typer.Option(help="--fidelity asha: the shortest rung, in seconds.")] = 1.0,
+    race: Annotated[str, typer.Option(
+        help="wilcoxon: with --repeats 5 or more, a configuration's runs race the best configuration's run by run, "
+             "and its remaining runs are not taken once a Wilcoxon signed-rank test says it is worse (p < 0.1); "
+             "none: every configuration gets its --repeats.")] = "none",
+    budget_seconds: Annotated[Optional[float], typer.Option(
+        help="Device-seconds to spend: no trial starts once the runs took this long (their run lengths, short "
+             "ones too). Without --budget, evaluations are then limited by it alone.")] = None,
     resume: Annotated[Optional[int], typer.Option(help="Finish the budget of this campaign.")] = None,
     warm_start: Annotated[str, typer.Option(help=f"{', '.join(WARM_STARTS)}: 'same' learns from earlier trials "
                                                  "of the same space, workload and device; 'similar' also measures "
@@ -149,6 +163,8 @@ def tune(
                             f"another campaign, start a new one (--warm-start same learns from its trials)")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, not {parallel}")
+    if fidelity != "asha" and (_given(ctx, "eta") or _given(ctx, "min_run")):
+        raise UserError("--eta and --min-run set the rungs of --fidelity asha: add --fidelity asha, or leave them out")
     options = {**(runner_options or {}), "metric": table_metric(metric, objective) if runner == "dataset" else None}
     spec = None
     if resume is None or dry_run:
@@ -160,13 +176,18 @@ def tune(
             metric=metric,
             direction=direction,  # type: ignore[arg-type]
             objective=objective,
-            budget=budget,
+            budget=budget if budget_seconds is None or _given(ctx, "budget") else UNBOUNDED_EVALUATIONS,
             seed=seed,
             repeats=repeats,
             max_repeats=max_repeats,
             batch_size=parallel,
             warm_start=warm_start,
             fixed=pairs(fix, "--fix"),
+            fidelity=fidelity,
+            eta=eta,
+            min_run_s=min_run,
+            budget_s=budget_seconds,
+            race=race,
         )
     if dry_run:
         show_dry_run(spec)
@@ -211,6 +232,11 @@ def tune(
     _print_summary(summary, as_json, executor.describe(), db, resume=again if summary.state == "cancelled" else None)
     if summary.state == "cancelled":  # over the REST API: its budget is not spent, a script must not go on
         sys.exit(EXIT_CANCELLED)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    # by name: typer 0.29 bundles its own click, whose enum is not click.core's
+    return getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
 
 
 EXIT_CANCELLED = 3  # not 1, a traceback's: "cancelled, resume me" is not "crashed"

@@ -58,14 +58,41 @@ def trials_table(record: CampaignView, trials: Sequence[TrialView], nodes: dict[
     nodes = nodes or {}
     show_nodes = (record.executor or {}).get("kind") == "ray" or len({n for ns in nodes.values() for n in ns}) > 1
     columns = [("#", "right"), ("status", "left"), ("value", "right"), ("configuration", "left"), ("reason", "left")]
-    for column, justify in columns + ([("node", "left")] if show_nodes else []):
+    # runs watched second by second (a device's, a replayed series'): how long each ran, and its metric per second
+    runs = any(m.series is not None or "run_length_s" in m.env for t in trials for m in t.measurements or ())
+    extra = [("run", "right"), (f"{record.objective_metric} per second", "left")] if runs else []
+    for column, justify in columns + extra + ([("node", "left")] if show_nodes else []):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    full = (record.fidelity or {}).get("rungs", [None])[-1]
     for t in trials:
         value = "" if t.value is None else f"{t.value:.6g}"
         style = "bold green" if best is not None and t.id == best.id else None
         cells = [str(t.number), t.status, value, escape(format_config(t.config)), escape(t.reason or "")]
+        if runs:
+            last = (t.measurements or [None])[-1]
+            length = None if last is None else last.env.get("run_length_s")
+            cells.append("" if length is None else f"{length:g}" + (f"/{full:g} s" if full else " s"))
+            series = {} if last is None or last.series is None else last.series
+            cells.append(sparkline(series.get(record.objective_metric, ())))
         table.add_row(*cells, *([escape(", ".join(nodes.get(t.id, [])))] if show_nodes else []), style=style)
     return table
+
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 30) -> str:
+    """A series as a line of block characters, from its lowest value to its highest (written here: a line of
+    text is all a terminal's table cell takes); a long one is averaged into ``width`` bins."""
+    if not values:
+        return ""
+    if len(values) > width:
+        edges = [round(i * len(values) / width) for i in range(width + 1)]
+        values = [sum(values[a:b]) / (b - a) for a, b in zip(edges, edges[1:]) if b > a]
+    low, high = min(values), max(values)
+    if high == low:
+        return BARS[3] * len(values)
+    return "".join(BARS[min(len(BARS) - 1, int((v - low) / (high - low) * len(BARS)))] for v in values)
 
 
 def summary_table(summary: CampaignSummary) -> Table:

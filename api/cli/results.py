@@ -28,7 +28,7 @@ def trials(
     """Every trial of a campaign: configuration, status, value and reason."""
     history = open_history(db, migrate=False)
     record = history.campaign(campaign)
-    rows = history.trials(campaign)
+    rows = history.trials(campaign, measurements=fmt == "table" and (record.runner == "device" or bool(record.fidelity)))
     if fmt == "table":
         console.print(render.trials_table(record, rows, history.nodes(t.id for t in rows)))
     elif fmt == "json":

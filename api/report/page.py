@@ -130,6 +130,8 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "point the hypervolume is measured from" + ("" if len(metrics) == 2 else
                                                             f"; a pair of the {len(metrics)} metrics, so some of "
                                                             "the set lies behind others here") + ".")
+    if data.get("series"):
+        figures["series"] = _figure(*_series_figure(data["series"]))
     par = data["parallel"]
     if par["lines"]:
         sampled = f" (a seeded sample of {par['lines']:,} of {par['of']:,} trials)" if par["lines"] < par["of"] else ""
@@ -141,6 +143,31 @@ def campaign_figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                           "back": "back to the lines", **_figure(_parcoords(par, metric, f"Every succeeded trial{sampled}"), "")},
         }
     return figures
+
+
+def _series_figure(series: dict[str, Any]) -> tuple[go.Figure, str]:
+    """Each drawn run's ops/s second by second: the best trial's thick, a run that never reached steady state
+    dashed, a diamond where a run did."""
+    traces = []
+    for r in series["runs"]:
+        x = [i * r["interval_s"] for i in range(1, len(r["ops_per_s"]) + 1)]
+        steady = r["steady"] or {}
+        name = f"trial {r['trial']}" + (f" run {r['repeat'] + 1}" if r["repeat"] else "") + (" (best)" if r["best"] else "")
+        traces.append(go.Scatter(x=x, y=r["ops_per_s"], mode="lines", name=name + ("" if steady.get("reached") else ", never steady"),
+                                 line=dict(width=3 if r["best"] else 1.2, dash="solid" if steady.get("reached") else "dash")))
+        if steady.get("reached"):
+            at = int(round(steady["from_s"] / r["interval_s"]))
+            traces.append(go.Scatter(x=[x[at]], y=[r["ops_per_s"][at]], mode="markers", showlegend=False,
+                                     marker=dict(symbol="diamond", size=9), name=f"{name}: steady from {steady['from_s']:g} s"))
+    drawn = len(series["runs"])
+    unsteady = series["unsteady_trials"]
+    caption = (f"{drawn} of the campaign's {series['total']} runs, second by second (the best trial's and the latest). "
+               f"{series['unsteady_runs']} of the {series['total']} never reached steady state"
+               + (f" (trials {', '.join(map(str, unsteady[:20]))}{', ...' if len(unsteady) > 20 else ''})" if unsteady else "")
+               + f": their figure depends on how long they ran. Steady state: {series['rule']}; a diamond marks where "
+               "a run reached it, a dashed line a run that never did.")
+    fig = go.Figure(traces, layout=_layout("Runs second by second", "seconds into the run", "ops/s"))
+    return fig, caption
 
 
 def _last(pareto: dict[str, Any]) -> str:

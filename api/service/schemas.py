@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, SEARCH_ALGORITHMS
 
@@ -55,6 +55,25 @@ class CampaignCreate(BaseModel):
     executor: Literal["local", "ray"] | None = Field(None, description=(
         "Where its trials are measured: the service's Ray cluster, or the service's own machine (default: the "
         "cluster when the service has one, GET /cluster)."))
+    fidelity: Literal["none", "asha"] = Field("none", description=(
+        "asha: judge each run at rungs of its length (min_run_s, x eta, ... up to the whole run) and stop those not "
+        "in the best 1/eta there (STOPPED trials); none: every benchmark runs whole. For runners with a run length: "
+        "the device runner with fio, a table with per-second series."))
+    eta: float = Field(3.0, gt=1, le=100, description="fidelity asha: the factor between rungs.")
+    min_run_s: float = Field(1.0, gt=0, description="fidelity asha: the shortest rung, in seconds.")
+    race: Literal["none", "wilcoxon"] = Field("none", description=(
+        "wilcoxon: with repeats 5 or more, a configuration's runs race the best configuration's run by run, and the "
+        "rest are not taken once a Wilcoxon signed-rank test says it is worse (p < 0.1)."))
+    budget_s: float | None = Field(None, gt=0, description=(
+        "Device-seconds to spend: no trial starts once the runs took this long (their run lengths). Without "
+        "budget, evaluations are then limited by it alone."))
+
+    @model_validator(mode="after")
+    def _rungs_need_asha(self) -> CampaignCreate:
+        if self.fidelity != "asha" and {"eta", "min_run_s"} & self.model_fields_set:
+            raise ValueError("eta and min_run_s set the rungs of fidelity asha: add \"fidelity\": \"asha\", or "
+                             "leave them out")
+        return self
 
 
 class ParetoPoint(BaseModel):
@@ -112,6 +131,9 @@ class CampaignPublic(BaseModel):
     seed: int
     repeats: int
     max_repeats: int | None = None
+    fidelity: dict[str, Any] | None = Field(None, description=(
+        "Multi-fidelity search: kind (asha), the rungs in seconds (the last the whole run), eta, and budget_s, the "
+        "device-seconds to spend."))
     parallel: int
     warm_start: str
     fixed: dict[str, Any]
@@ -128,6 +150,25 @@ class CampaignPublic(BaseModel):
         "the response that created the campaign."))
 
 
+class SteadyStatePublic(BaseModel):
+    reached: bool = Field(description="Whether any window of the run met the rule.")
+    from_s: float | None = Field(description="The start of the first window that met it (seconds into the run).")
+    rule: str
+
+
+class SeriesPublic(BaseModel):
+    """What the run did interval by interval (fio's per-second logs, summed over its jobs); a table's series of
+    other metrics (its series:<metric> columns) come under their own names."""
+
+    model_config = ConfigDict(extra="allow")
+
+    interval_s: float
+    ops_per_s: list[float] | None = Field(None, description="Operations a second, one value per interval from the "
+                                                            "run's start.")
+    mb_per_s: list[float] | None = Field(None, description="Megabytes (10^6 bytes) a second, per interval.")
+    steady: SteadyStatePublic | None = Field(None, description="Where ops/s settled, by SNIA PTS's steady-state rule.")
+
+
 class MeasurementPublic(BaseModel):
     repeat: int
     status: str
@@ -136,6 +177,8 @@ class MeasurementPublic(BaseModel):
     env: dict[str, Any]
     duration_s: float
     node: str | None = Field(None, description="The machine that measured it (a Ray node: host/node id).")
+    series: SeriesPublic | None = Field(None, description="The run's per-interval series, where its benchmark "
+                                                            "gives one (the device runner's fio runs).")
 
 
 class TrialPublic(BaseModel):

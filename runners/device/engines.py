@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -22,8 +23,11 @@ from typing import Any
 
 from storetune.runners.device.personalities import Personality, filebench_wml, fio_job, job_version
 from storetune.runners.device.shell import CommandFailed, Shell
+from storetune.runners.series import Series, SeriesError, read_fio_logs
 
+logger = logging.getLogger(__name__)
 ENGINES = ("fio", "filebench")
+SERIES_MS = 1000  # fio's per-interval logs: one averaged value a second (log_avg_msec)
 FREE_SPACE_WATCH_S = 0.2  # how often a run's free space is sampled (FreeSpaceWatch)
 # What wraps the timed run alone (not the file layout before it), e.g. a block trace (runners/device/blktrace.py)
 TimedRun = Callable[[], AbstractContextManager[Any]]
@@ -111,33 +115,96 @@ def engine_version(shell: Shell, engine: str) -> str | None:
 
 
 def run_fio(shell: Shell, p: Personality, mountpoint: str, workdir: Path, runtime_s: float, seed: int,
-            timeout_s: float, timed: TimedRun | None = None, fio_args: Sequence[str] = ()) -> dict[str, float]:
-    """``timed`` wraps the timed run alone; ``fio_args`` are added to its command line (fio's own logs)."""
+            timeout_s: float, timed: TimedRun | None = None, fio_args: Sequence[str] = (),
+            progress: Progress | None = None) -> tuple[dict[str, float], Series | None]:
+    """The run's metrics and its per-second series (fio's IOPS and bandwidth logs, averaged per second).
+    ``timed`` wraps the timed run alone; ``fio_args`` are added to its command line (fio's own logs). With
+    ``progress``, fio reports every second (``--status-interval``) and ``progress(elapsed_s, ops_per_s so far)``
+    is asked each time whether the run goes on: where it says no, fio is interrupted, and the run's metrics
+    are its report of what it did until then."""
     job = workdir / f"{p.name}.fio"
     shell.write_file(job, fio_job(p, mountpoint, runtime_s))  # the seed is recorded, not drawn from (fio_job)
     report = workdir / f"{p.name}.json"
     shell.run(["fio", "--create_only=1", "--output-format=json", f"--output={report}", str(job)], timeout=timeout_s)
     settle(shell)
+    logs = workdir / "series"
+    for old in workdir.glob("series_*.log") if not shell.dry_run else ():
+        old.unlink()  # the previous run's: fio appends to a log of the same name
+    # log_avg_msec averages every log fio writes: a run that asks for per-I/O latency logs (a traced run,
+    # runners/device/blktrace.py) keeps them per I/O and goes without the series; so does a run too short to
+    # hold two intervals (fio may log none of a 1 s run's)
+    no_series = any(a.startswith("--write_lat_log") for a in fio_args) or runtime_s * 1000 < 2 * SERIES_MS
+    per_second = [] if no_series else [f"--write_iops_log={logs}", f"--write_bw_log={logs}", f"--log_avg_msec={SERIES_MS}"]
+    stream = None if progress is None else FioProgress(progress)
+    output = [f"--output={report}"] if stream is None else ["--status-interval=1"]  # the reports on stdout
     try:
         with (timed or nullcontext)(), FreeSpaceWatch(mountpoint) as watch:
-            result = shell.run(["fio", "--output-format=json", f"--output={report}", *fio_args, str(job)],
-                               timeout=timeout_s)
+            result = shell.run(["fio", "--output-format=json", *output, *per_second, *fio_args, str(job)],
+                               timeout=timeout_s, watch=None if stream is None else stream.line)
     except CommandFailed as e:  # fio 3.33 exits 1 when a job ends on ENOSPC ("io_u error ... No space left")
         if os.strerror(errno.ENOSPC) in e.result.stderr:
             raise EngineOutputError(f"fio ran out of space ({watch.explain()}): {e}", errno.ENOSPC) from None
         raise
     if shell.dry_run:
-        return {}
+        return {}, None
     # fio exits 0 even when some of its jobs could not run ("blocksize is larger than data set range")
-    complaints = [line for line in result.stderr.splitlines() if line.startswith("fio:") and "note:" not in line]
+    interrupted = stream is not None and not stream.going  # fio then says "fio: terminating on signal 2"
+    complaints = [line for line in result.stderr.splitlines() if line.startswith("fio:") and "note:" not in line
+                  and not (interrupted and "terminating on signal" in line)]
     if complaints:
         raise EngineOutputError(f"fio: {len(complaints)} complaint(s), e.g. {complaints[0]}")
     try:
-        return parse_fio(report.read_text())
+        metrics = parse_fio(report.read_text() if stream is None else stream.last())
     except EngineOutputError as e:
         if e.errno == errno.ENOSPC:
             raise EngineOutputError(f"{e} ({watch.explain()})", e.errno) from None
         raise
+    if no_series:
+        return metrics, None
+    try:
+        series = read_fio_logs(sorted(workdir.glob("series_*.log")), SERIES_MS)
+    except SeriesError as e:  # the run's figures stand without it: said (unless it was cut short), not failed
+        if not interrupted:
+            logger.warning("no per-second series for this run: %s", e)
+        series = None
+    return metrics, series
+
+
+Progress = Callable[[float, float], bool]  # (seconds run, ops/s so far) -> whether the run goes on
+
+
+class FioProgress:
+    """fio's reports as ``--status-interval=1`` prints them on stdout, one whole JSON report a second, read line
+    by line: each report's seconds and operations so far go to ``progress``, and the last report is the run's.
+    A report ends with a line that is a lone ``}`` (fio prints them indented, their own braces deeper)."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self.lines, self.reports = progress, [], []
+        self.going = True
+
+    def line(self, line: str) -> bool:
+        self.lines.append(line)
+        if line.rstrip("\n") != "}":
+            return self.going
+        text = "".join(self.lines)
+        self.lines = []
+        start = text.find("{")
+        try:
+            report = json.loads(text[start:])
+        except json.JSONDecodeError:
+            return self.going  # not one whole report: the final one is parsed, and refused, as a whole
+        self.reports.append(text[start:])
+        jobs = report.get("jobs") or []
+        seconds = max((j.get("elapsed", 0) for j in jobs), default=0)
+        ios = sum(j.get(d, {}).get("total_ios", 0) for j in jobs for d in ("read", "write"))
+        if self.going and seconds > 0:
+            self.going = bool(self.progress(float(seconds), ios / seconds))
+        return self.going
+
+    def last(self) -> str:
+        if not self.reports:
+            raise EngineOutputError("fio printed no report on its output")
+        return self.reports[-1]
 
 
 def settle(shell: Shell) -> None:

@@ -17,18 +17,18 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from storetune.runners.base import (
-    LOOP_SLOT, Direction, HostUnavailable, Measurement, RunnerBase, Status, Workload, device_resource,
+    LOOP_SLOT, Direction, GoOn, HostUnavailable, Measurement, RunnerBase, Status, Workload, device_resource,
     hardware_resource,
 )
 from storetune.runners.device.engines import (
-    EngineOutputError, TimedRun, engine_env, engine_version, run_filebench, run_fio, settle,
+    SERIES_MS, EngineOutputError, Progress, TimedRun, engine_env, engine_version, run_filebench, run_fio, settle,
 )
 from storetune.runners.device.filesystems import MKFS, build, dirty_limits
 from storetune.runners.device.personalities import MIB, device_bytes_needed, job_version, personality
@@ -39,6 +39,7 @@ from storetune.runners.device.target import (
     DeviceError, RefusedSetting, Target, apply_queue, close_loop, current_queue_value, open_block, open_loop,
     require, restore_queue,
 )
+from storetune.runners.series import Series
 from storetune.runners.settings import DeviceSettings
 from storetune.search_spaces import Config, load_space
 
@@ -107,6 +108,7 @@ class DeviceRunner(RunnerBase):
         # seams for a traced run (runners/device/blktrace.py): what wraps the timed run, and fio's extra options
         self.timed: TimedRun | None = None
         self.fio_args: tuple[str, ...] = ()
+        self._progress: Progress | None = None  # a watched run's (run_watched)
 
     def _check_room(self, device: str, size: int | None) -> None:
         """A run that would fill the file system is refused before anything is measured (Filebench
@@ -159,10 +161,55 @@ class DeviceRunner(RunnerBase):
             warmups.append(round(warm.metrics.get("ops_per_s", float("nan")), 1))
         if planned:
             self.shell.note("the measured run")
-        m = self._measure_once(config, seed=seed)
+        m = self._measure_once(config, seed=seed, progress=self._progress)
+        if m.status is Status.SUCCEEDED and self.full_length_s():  # its device-seconds, as a watched run says them
+            m = replace(m, env={"run_length_s": float(self.runtime_s), **m.env})
         return replace(m, env={**m.env, "warmup_ops_per_s": warmups}) if warmups else m
 
-    def _measure_once(self, config: Config, *, seed: int) -> Measurement:
+    # --- a watched run (multi-fidelity) ---------------------------------------------------------------
+    def full_length_s(self) -> float:
+        """fio's runs can be watched and stopped: their length; Filebench's cannot (0)."""
+        return float(self.runtime_s) if self.engine == "fio" else 0.0
+
+    def interval_s(self) -> float:
+        """fio reports once a second."""
+        return SERIES_MS / 1000
+
+    def watched_metrics(self) -> tuple[str, ...]:
+        """fio's report a second gives its ops so far."""
+        return ("ops_per_s",)
+
+    def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
+                    go_on: GoOn) -> Measurement:
+        """One measurement whose fio run is judged at each rung but the last (its ops/s so far) and interrupted
+        where ``go_on`` says no: its metrics are fio's report of what it did until then, ``stopped_at_rung`` and
+        ``run_length_s`` say where. Warm-up runs are not watched."""
+        stopped: list[int] = []
+        marks = list(rungs[:-1])
+
+        def progress(seconds: float, ops_per_s: float) -> bool:
+            if seconds >= rungs[-1]:  # the run's end (its last report): whole, whatever rungs a late report skipped
+                marks.clear()
+                return True
+            while marks and seconds >= marks[0]:
+                k = len(rungs) - 1 - len(marks)
+                marks.pop(0)
+                if not go_on(k, {"ops_per_s": ops_per_s}):
+                    stopped.append(k)
+                    return False
+            return True
+
+        self._progress = progress
+        try:
+            m = self.run(config, workload, seed=seed)
+        finally:
+            self._progress = None
+        if m.status is not Status.SUCCEEDED:  # refused, crashed or timed out: its duration says what it took
+            return m
+        reached = rungs[stopped[0]] if stopped else rungs[-1]
+        return replace(m, env={**m.env, "run_length_s": reached, **({"stopped_at_rung": stopped[0]} if stopped else {})})
+
+    def _measure_once(self, config: Config, *, seed: int, progress: Progress | None = None) -> Measurement:
         target = self.target()
         plan = build(config)
         env = {**self.environment(), **target.describe(), **engine_env(self.personality, self.engine),
@@ -199,10 +246,11 @@ class DeviceRunner(RunnerBase):
             limits = dirty_limits(config, self.dirty_limit_mib)
             if limits:
                 env["dirty_mib"] = {"background": limits[0], "limit": limits[1]}
-            metrics = self._benchmark(str(mountpoint), workdir, seed, timings, limits)
+            metrics, series = self._benchmark(str(mountpoint), workdir, seed, timings, limits, progress)
             timings["benchmark"] = round(time.monotonic() - bench_started - timings.get("host_lock_wait", 0.0)
                                          - timings.get("settle", 0.0), 3)
-            return Measurement(Status.SUCCEEDED, metrics, env=env, duration_s=time.monotonic() - started)
+            return Measurement(Status.SUCCEEDED, metrics, env=env, duration_s=time.monotonic() - started,
+                               series=series)
         except RefusedSetting as e:
             queue = None  # apply_queue restored what it had set
             return self._refused(str(e), env, started)
@@ -221,7 +269,8 @@ class DeviceRunner(RunnerBase):
             timings["teardown"] = round(time.monotonic() - teardown_started, 3)
 
     def _benchmark(self, mountpoint: str, workdir: Path, seed: int, timings: dict[str, float],
-                   limits: tuple[int, int] | None = None) -> dict[str, float]:
+                   limits: tuple[int, int] | None = None,
+                   progress: Progress | None = None) -> tuple[dict[str, float], Series | None]:
         # Filebench's worker processes share memory at fixed addresses: with address-space randomisation on,
         # they hang after starting. That, and the dirty limits, are the host's: the run holds them exclusively.
         changes = bool(limits) or self.engine != "fio"
@@ -246,10 +295,10 @@ class DeviceRunner(RunnerBase):
                                                           in_force))
             if self.engine == "fio":
                 return run_fio(self.shell, self.personality, mountpoint, workdir, self.runtime_s, seed, self.timeout_s,
-                               self.timed, self.fio_args)
+                               self.timed, self.fio_args, progress)
             held.enter_context(self._host_setting(host, ASLR, "0"))
             return run_filebench(self.shell, self.personality, mountpoint, workdir, self.runtime_s, self.timeout_s,
-                                 self.timed)
+                                 self.timed), None
 
     @contextmanager
     def _host_setting(self, host: HostSettings, path: Path, value: str, restore: Path | None = None) -> Iterator[None]:

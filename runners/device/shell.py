@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from storetune.runners.base import kill_group
+
+STOP_GRACE_S = 15.0  # how long a command told to stop (SIGINT) may take to end before it is killed
+
+
+def _kill_quietly(proc: subprocess.Popen, flag: threading.Event | None) -> None:
+    """From a timer: SIGKILL to the command's group; the reader then sees its output end (not ``kill_group``, whose
+    ``communicate`` would read the pipes beside the reader)."""
+    if flag is not None:
+        flag.set()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -69,16 +85,62 @@ class Shell:
     def note(self, line: str) -> None:
         """A comment on what comes next, for a reader of the dry run; a real run has no reader."""
 
-    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            watch: Callable[[str], bool] | None = None) -> Result:
+        """``watch`` is given each line of the command's output as it comes; where it returns False, the command's
+        group is sent SIGINT once (fio then ends its jobs and prints its report) and the command is waited for."""
         started = time.monotonic()
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        with _signals_unblocked():
+            proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
         entry = self.log.record_process(proc.pid) if self.log is not None else None
         try:
+            if watch is not None:
+                return self._watch(proc, argv, timeout, check, started, watch)
             return self._wait(proc, argv, timeout, check, started)
         finally:
             if entry is not None:
                 self.log.done(entry)
+
+    def _watch(self, proc: subprocess.Popen, argv: Sequence[str], timeout: float | None, check: bool,
+               started: float, watch: Callable[[str], bool]) -> Result:
+        """Read the output line by line (stderr in a thread, so neither pipe fills), as ``_wait`` otherwise."""
+        err: list[str] = []
+        reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+        reader.start()
+        out: list[str] = []
+        stopped = False
+        # timers, not checks between lines: a command that hangs silent (stuck I/O, or stuck ending after the
+        # SIGINT) would otherwise keep the read below, and the device, forever
+        expired = threading.Event()
+        timers = [threading.Timer(timeout, _kill_quietly, (proc, expired))] if timeout is not None else []
+        for timer in timers:
+            timer.daemon = True
+            timer.start()
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                if not stopped and not watch(line):
+                    stopped = True
+                    os.killpg(proc.pid, signal.SIGINT)
+                    grace = threading.Timer(STOP_GRACE_S, _kill_quietly, (proc, None))
+                    grace.daemon = True
+                    grace.start()
+                    timers.append(grace)
+            proc.wait()
+        except BaseException:
+            kill_group(proc)
+            raise
+        finally:
+            for timer in timers:
+                timer.cancel()
+        if expired.is_set():
+            raise CommandTimeout(argv, timeout or 0)
+        reader.join(timeout=5)
+        result = Result(tuple(argv), proc.returncode, "".join(out), "".join(err), time.monotonic() - started)
+        if check and not result.ok and not stopped:
+            raise CommandFailed(result)
+        return result
 
     def _wait(self, proc: subprocess.Popen, argv: Sequence[str], timeout: float | None, check: bool,
               started: float) -> Result:
@@ -124,7 +186,8 @@ class DryRunShell(Shell):
     def note(self, line: str) -> None:
         self._say(f"# {line}")
 
-    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            watch: Callable[[str], bool] | None = None) -> Result:
         self._say(shlex.join(argv))
         return Result(tuple(argv), 0, "", "", 0.0)
 
@@ -139,3 +202,17 @@ class DryRunShell(Shell):
 
     def write_file(self, path: str | Path, text: str) -> None:
         self._say(f"cat > {path} <<'EOF'\n{text.rstrip()}\nEOF")
+
+
+class _signals_unblocked:
+    """SIGINT and SIGTERM unblocked in this thread while a command starts, so that the command can be interrupted:
+    a child inherits its parent thread's signal mask, and a Ray worker runs its tasks with SIGINT blocked (fio
+    started there never saw the SIGINT that stops a watched run, and ran whole)."""
+
+    SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+    def __enter__(self) -> None:
+        self._old = signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
+
+    def __exit__(self, *_: Any) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)

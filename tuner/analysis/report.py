@@ -36,7 +36,8 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
 
     record = history.campaign(campaign_id)
     # an objective over several metrics is read from the measurements (the lexicographic best, the Pareto set)
-    trials = history.trials(campaign_id, measurements=bool(record.objective))
+    # a device campaign's runs have per-second series (few trials: each is minutes of a device)
+    trials = history.trials(campaign_id, measurements=bool(record.objective) or record.runner == "device")
     direction = record.objective_direction
     names = [p["name"] for p in record.space["parameters"]]
     finished = [t for t in trials if Status(t.status).terminal]
@@ -80,7 +81,26 @@ def campaign_data(history: History, campaign_id: int, *, within: float = 0.99, s
         _several(out, record, trials)
     out["nodes"] = _nodes(history, finished)
     out["executor"] = record.executor or {}
+    out["series"] = _series(finished, None if best is None else best.number)
     return out
+
+
+SERIES_RUNS = 12  # the runs a report draws second by second: the best trial's and the latest
+
+
+def _series(finished: list[Any], best: int | None) -> dict[str, Any] | None:
+    """The runs measured second by second (a device campaign's): the best trial's and the latest ``SERIES_RUNS``,
+    each with where it reached steady state; and which runs never did (their figure depends on the run's length)."""
+    runs = [{"trial": t.number, "repeat": m.repeat, "best": t.number == best, "interval_s": m.series["interval_s"],
+             "ops_per_s": m.series["ops_per_s"], "steady": m.series.get("steady")}
+            for t in finished for m in (t.measurements or ()) if m.series and m.series.get("ops_per_s")]
+    if not runs:
+        return None
+    unsteady = sorted({r["trial"] for r in runs if not (r["steady"] or {}).get("reached")})
+    shown = [r for r in runs if r["best"]] + [r for r in runs if not r["best"]][-SERIES_RUNS:]
+    return {"runs": shown, "total": len(runs), "unsteady_trials": unsteady,
+            "unsteady_runs": sum(not (r["steady"] or {}).get("reached") for r in runs),
+            "rule": next((r["steady"]["rule"] for r in runs if r["steady"]), None)}
 
 
 def _nodes(history: History, finished: list[Any]) -> dict[str, int]:

@@ -11,13 +11,13 @@ import logging
 import os
 import socket
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from storetune.runners import HostUnavailable, Measurement, Runner, Status, Workload, raised
+from storetune.runners import HostUnavailable, Measurement, Runner, Status, WatchedRunner, Workload, raised
 from storetune.search_spaces import Config
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,42 @@ log = logging.getLogger(__name__)
 Recorder = Callable[["Job", int, Measurement], None]
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@runtime_checkable
+class Board(Protocol):
+    """Where the runs of one campaign are judged at their rungs (multi-fidelity search): the driver's record itself
+    (tuner/objectives/fidelity.py's SuccessiveHalving), or a handle on it from another process (``Executor.board``),
+    so that every run is judged against every other wherever it is measured."""
+
+    def judge(self, rung: int, value: float) -> bool:
+        """Record a run's ``value`` at ``rung`` (an index into the run lengths) and say whether it goes on."""
+        ...
+
+    def counts(self) -> list[int]:
+        """How many runs were judged at each rung."""
+        ...
+
+
+@runtime_checkable
+class RaceBoard(Protocol):
+    """Where a campaign's configurations race the incumbent on repeats (tuner/objectives/intensify.py's
+    RepeatRace), reachable from the workers as a ``Board`` is."""
+
+    def race(self, runs: list[float]) -> str | None:
+        """None while a configuration's first ``runs`` may still beat the incumbent; else why they stop."""
+        ...
+
+    def offer(self, runs: list[float]) -> None:
+        """A configuration measured with every repeat: the incumbent if it is better."""
+        ...
+
+    def counts(self) -> list[int]:
+        """The incumbent's runs (for the campaign's summary)."""
+        ...
+
+
+AnyBoard = TypeVar("AnyBoard", Board, RaceBoard)  # an executor hands back a handle of the kind it was given
 
 
 class ExecutorLost(Exception):
@@ -55,12 +91,17 @@ def on_node(measurements: list[Measurement], node: str) -> list[Measurement]:
 @dataclass(frozen=True)
 class Job:
     """One trial to measure: its configuration and one seed per repeat. A re-measurement (adaptive
-    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has."""
+    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has. With ``rungs``
+    (multi-fidelity search), each run is watched: judged by its ``metric`` at each rung on the campaign's board,
+    and stopped where the board says."""
 
     trial_id: int
     config: Config
     seeds: tuple[int, ...]
     first_repeat: int = 0
+    rungs: tuple[float, ...] | None = None  # run lengths in seconds, the last the whole run
+    metric: str | None = None
+    race: bool = False  # its repeats race the incumbent's on the board, and stop when they lose
 
 
 def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
@@ -71,25 +112,76 @@ def repeat_seeds(trial_seed: int, repeats: int) -> tuple[int, ...]:
 
 
 def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | None = None,
-            node: str | None = None) -> list[Measurement]:
-    """Run the job's repeats, stopping at the first that does not succeed; each names ``node`` (default:
-    this machine) as the one that measured it."""
+            node: str | None = None, board: Board | RaceBoard | None = None) -> list[Measurement]:
+    """Run the job's repeats, stopping at the first that does not succeed (or is stopped at a rung); each names
+    ``node`` (default: this machine) as the one that measured it. A job with rungs is judged on ``board``."""
     node = node or this_node()
     out: list[Measurement] = []
     for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
         try:  # RunnerBase.run raises only HostUnavailable; a runner that only follows the protocol may raise more
-            m = runner.run(job.config, workload, seed=seed)
+            m = _run(runner, workload, job, seed, board)
         except HostUnavailable:
             raise
         except Exception as e:
             m = raised(runner.name, e)
         m = on_node([m], node)[0]
+        lost = _lost_race(job, out + [m], board) if repeat - job.first_repeat < len(job.seeds) - 1 else None
+        if lost is not None:  # the next runs are not taken: the configuration lost its race
+            m = dataclasses.replace(m, env={**m.env, "raced_out": lost})
         if record is not None:
             record(job, repeat, m)
         out.append(m)
-        if m.status is not Status.SUCCEEDED:
+        if m.status is not Status.SUCCEEDED or lost is not None:
             break
     return out
+
+
+def board_lost(error: Exception) -> HostUnavailable:
+    """A board whose process is gone (a manager, a Ray actor) says nothing of any configuration: the campaign stops
+    as for a busy host, its running trials re-run at its resume."""
+    if isinstance(error, HostUnavailable):
+        return error
+    return HostUnavailable(f"the campaign's board (its rung record, its race) could not be reached "
+                           f"({type(error).__name__}: {error})")
+
+
+def _lost_race(job: Job, runs: list[Measurement], board: Any) -> str | None:
+    if not job.race or board is None or job.metric is None or runs[-1].status is not Status.SUCCEEDED:
+        return None
+    values = [float(m.metrics[job.metric]) for m in runs if job.metric in m.metrics]
+    if len(values) < len(runs):
+        return None
+    try:
+        return board.race(values)
+    except Exception as e:  # the board's process is gone: no fault of the configuration's
+        raise board_lost(e) from e
+
+
+def _run(runner: Runner, workload: Workload, job: Job, seed: int, board: Board | None) -> Measurement:
+    if job.rungs is None:
+        return runner.run(job.config, workload, seed=seed)
+    if board is None or job.metric is None or not isinstance(runner, WatchedRunner):
+        raise ValueError("a job with rungs needs a watched runner, a metric and a board to judge it on")
+    metric, judged = job.metric, []
+
+    def go_on(rung: int, metrics: Mapping[str, float]) -> bool:
+        if metric not in metrics:  # a run that does not report the metric cannot be ranked: it goes on whole
+            return True
+        judged.append(float(metrics[metric]))
+        try:
+            return board.judge(rung, judged[-1])
+        except Exception as e:  # the board's process is gone: no fault of the configuration's
+            raise board_lost(e) from e
+
+    m = runner.run_watched(job.config, workload, seed=seed, rungs=job.rungs, go_on=go_on)
+    if judged:  # what it was judged on at each rung: a resumed campaign's record is rebuilt from them
+        m = dataclasses.replace(m, env={**m.env, "judged": judged})
+    if m.status is not Status.SUCCEEDED or "stopped_at_rung" not in m.env:
+        return m
+    rung = int(m.env["stopped_at_rung"])
+    return dataclasses.replace(m, status=Status.STOPPED, reason=(
+        f"stopped after {job.rungs[rung]:g} s of {job.rungs[-1]:g} (rung {rung + 1} of {len(job.rungs)}): the runs "
+        "judged there did better"))
 
 
 class Stream(Protocol):
@@ -128,8 +220,15 @@ class Executor(Protocol):
         """What ran the campaign, for its summary."""
         ...
 
-    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
-        """Where the loop submits jobs and takes them back as they finish."""
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
+               board: Board | RaceBoard | None = None) -> Stream:
+        """Where the loop submits jobs and takes them back as they finish; jobs with rungs or a race are judged on
+        ``board`` (one of this executor's ``board``)."""
+        ...
+
+    def board(self, halving: AnyBoard) -> AnyBoard:
+        """The campaign's record (its ``SuccessiveHalving``, or its ``RepeatRace``) where this executor's workers can
+        reach it: itself here, a proxy or an actor elsewhere, with the same methods. Released by ``close``."""
         ...
 
     def run(
@@ -201,13 +300,21 @@ def worker_runner(name: str, settings: dict) -> tuple[str, Runner]:
     return key, _WORKER_RUNNERS[key]
 
 
+def release_runner(key: str) -> None:
+    """Close a worker's runner (its device detached, its files removed) and forget it."""
+    runner = _WORKER_RUNNERS.pop(key, None)
+    if runner is not None:
+        runner.close()
+
+
 def worker_measure(name: str, settings: dict, workload: Workload, job: Job,
-                   node: str | None = None) -> list[Measurement]:
+                   node: str | None = None, board: Board | RaceBoard | None = None) -> list[Measurement]:
     """A job in a worker process, with its worker's runner, except that one that holds a disk is
-    closed after each job (idle workers live on, and would keep a loop device attached)."""
+    closed after each job (idle workers live on, and would keep a loop device attached: on Ray such
+    runners are kept by actors for a campaign instead, ``tuner/execution/ray.py``)."""
     key, runner = worker_runner(name, settings)
     try:
-        return measure(runner, workload, job, node=node)
+        return measure(runner, workload, job, node=node, board=board)
     finally:
         if runner.resources():
-            _WORKER_RUNNERS.pop(key).close()
+            release_runner(key)

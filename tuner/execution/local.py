@@ -11,11 +11,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing.managers import BaseManager
 from typing import Any, TypeVar
 
 from storetune.runners import Measurement, Runner, Workload
 from storetune.tuner.execution.jobs import (
-    Job, Recorder, Stream, measure, one_thread_each, record_all, run_jobs, worker_measure,
+    AnyBoard, Board, Job, RaceBoard, Recorder, Stream, measure, one_thread_each, record_all, run_jobs, worker_measure,
 )
 
 DRIVER_POLL_S = 0.5
@@ -44,8 +45,13 @@ class LocalExecutor:
         by the campaign)."""
         return None
 
-    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
-        return _LocalStream(runner, workload, record)
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
+               board: Board | RaceBoard | None = None) -> Stream:
+        return _LocalStream(runner, workload, record, board)
+
+    def board(self, halving: AnyBoard) -> AnyBoard:
+        """Runs are measured here: they are judged on the campaign's own record."""
+        return halving
 
     def run(
         self, runner: Runner, workload: Workload, jobs: Sequence[Job], record: Recorder | None = None
@@ -92,6 +98,7 @@ class ProcessExecutor(LocalExecutor):
     def __init__(self, workers: int | None = None):
         self.workers = workers or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
+        self._manager: _BoardManager | None = None
 
     def _start(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -105,6 +112,17 @@ class ProcessExecutor(LocalExecutor):
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+        if self._manager is not None:
+            self._manager.shutdown()
+            self._manager = None
+
+    def board(self, halving: Any) -> Any:
+        """The campaign's record in a manager process, which the workers reach through a proxy: each judgement is
+        one round trip there, once a rung, a few a second at most."""
+        if self._manager is None:
+            self._manager = _BoardManager(ctx=multiprocessing.get_context("forkserver"))
+            self._manager.start(initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))  # the driver's
+        return self._manager.Board(halving)  # type: ignore[attr-defined]
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         pool = self._start()
@@ -124,16 +142,50 @@ class ProcessExecutor(LocalExecutor):
 
     asynchronous = True
 
-    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None) -> Stream:
+    def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
+               board: Board | RaceBoard | None = None) -> Stream:
         """Jobs measured in the workers; measurements are recorded here, by the only writer."""
-        return _PoolStream(self._start(), runner.name, runner.settings(), workload, record)
+        return _PoolStream(self._start(), runner.name, runner.settings(), workload, record, board)
+
+
+class _BoardManager(BaseManager):
+    """Holds a campaign's rung record for the pool's workers (multiprocessing's own proxies: the workers judge their
+    runs against each other's)."""
+
+
+class _Held:
+    """The record, unpickled in the manager process, is the one its proxies call, one call at a time (the manager
+    serves each worker's connection in a thread of its own)."""
+
+    def __init__(self, board: Any):  # a Board or a RaceBoard: the proxy exposes both kinds' methods
+        self.board, self.lock = board, threading.Lock()
+
+    def judge(self, rung: int, value: float) -> bool:
+        with self.lock:
+            return self.board.judge(rung, value)
+
+    def counts(self) -> list[int]:
+        with self.lock:
+            return self.board.counts()
+
+    def race(self, runs: list[float]) -> str | None:
+        with self.lock:
+            return self.board.race(runs)
+
+    def offer(self, runs: list[float]) -> None:
+        with self.lock:
+            self.board.offer(runs)
+
+
+_BoardManager.register("Board", _Held, exposed=("judge", "counts", "race", "offer"))
 
 
 class _LocalStream:
     """Measured here when taken back: one at a time, each measurement recorded as soon as it exists."""
 
-    def __init__(self, runner: Runner, workload: Workload, record: Recorder | None):
-        self.runner, self.workload, self.record = runner, workload, record
+    def __init__(self, runner: Runner, workload: Workload, record: Recorder | None,
+                 board: Board | RaceBoard | None = None):
+        self.runner, self.workload, self.record, self.board = runner, workload, record, board
         self._jobs: deque[Job] = deque()
 
     @property
@@ -145,7 +197,7 @@ class _LocalStream:
 
     def next(self) -> tuple[Job, list[Measurement]]:
         job = self._jobs.popleft()
-        return job, measure(self.runner, self.workload, job, self.record)
+        return job, measure(self.runner, self.workload, job, self.record, board=self.board)
 
     def drop_queued(self) -> None:
         self._jobs.clear()  # measured one at a time when taken back: none has started
@@ -153,8 +205,9 @@ class _LocalStream:
 
 class _PoolStream:
     def __init__(self, pool: ProcessPoolExecutor, name: str, settings: dict, workload: Workload,
-                 record: Recorder | None):
+                 record: Recorder | None, board: Board | RaceBoard | None = None):
         self.pool, self.name, self.settings, self.workload, self.record = pool, name, settings, workload, record
+        self.board = board
         self._futures: set[Future[Any]] = set()
 
     @property
@@ -162,7 +215,9 @@ class _PoolStream:
         return len(self._futures)
 
     def submit(self, job: Job) -> None:
-        self._futures.add(self.pool.submit(_measure_in_worker, (self.name, self.settings, self.workload, job)))
+        watched = job.rungs is not None or job.race
+        self._futures.add(self.pool.submit(_measure_in_worker, (self.name, self.settings, self.workload, job,
+                                                                self.board if watched else None)))
 
     def next(self) -> tuple[Job, list[Measurement]]:
         done, _ = wait(self._futures, return_when=FIRST_COMPLETED)
@@ -177,6 +232,6 @@ class _PoolStream:
         self._futures = {f for f in self._futures if not f.cancel()}
 
 
-def _measure_in_worker(task: tuple[str, dict, Workload, Job]) -> tuple[Job, list[Measurement]]:
-    name, settings, workload, job = task
-    return job, worker_measure(name, settings, workload, job)
+def _measure_in_worker(task: tuple[str, dict, Workload, Job, Any]) -> tuple[Job, list[Measurement]]:
+    name, settings, workload, job, board = task
+    return job, worker_measure(name, settings, workload, job, board=board)

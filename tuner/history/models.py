@@ -54,6 +54,8 @@ class CampaignRecord(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     repeats: Mapped[int]
     max_repeats: Mapped[int | None]  # adaptive repeats: a challenger is re-measured up to this many runs
+    # multi-fidelity search: {"kind": "asha", "rungs": [s, ...], "eta": 3, "budget_s": s or null}; null: whole runs
+    fidelity: Mapped[dict[str, Any] | None]
     # a weighted, lexicographic or Pareto objective over several metrics (None: objective_metric alone)
     objective: Mapped[dict[str, Any] | None]
     batch_size: Mapped[int]
@@ -132,6 +134,8 @@ class MeasurementRecord(Base):
     duration_s: Mapped[float] = mapped_column(Float)
     node: Mapped[str | None] = mapped_column(String(200))  # the machine that measured it (a Ray node: its host and IP)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # the run interval by interval (runners.series.Series.to_dict: interval_s, ops_per_s, mb_per_s, steady)
+    series: Mapped[dict[str, Any] | None]
 
 
 class FingerprintRecord(Base):

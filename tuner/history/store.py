@@ -260,7 +260,7 @@ class History(ComparisonRecords):
                 ids = s.scalars(insert(TrialRecord).returning(TrialRecord.id, sort_by_parameter_order=True), rows).all()
                 measurements = [
                     dict(trial_id=i, repeat=m.repeat, status=m.status, reason=m.reason, metrics=dict(m.metrics),
-                         env=dict(m.env), duration_s=m.duration_s, node=m.node)
+                         env=dict(m.env), duration_s=m.duration_s, node=m.node, series=m.series)
                     for i, t in zip(ids, trials) for m in (t.measurements or ())
                 ]
                 if measurements:
@@ -431,6 +431,7 @@ class History(ComparisonRecords):
                     env=dict(m.env),
                     duration_s=m.duration_s,
                     node=m.node,
+                    series=None if m.series is None else m.series.to_dict(),
                 )
             )
 

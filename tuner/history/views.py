@@ -33,10 +33,12 @@ class MeasurementView:
     duration_s: float
     created_at: datetime | None = None
     node: str | None = None  # the machine that measured it
+    series: dict[str, Any] | None = None  # the run interval by interval, as kept (runners.series.Series.to_dict)
 
     @classmethod
     def of_measurement(cls, repeat: int, m: Measurement) -> MeasurementView:
-        return cls(repeat, m.status.value, m.reason, dict(m.metrics), dict(m.env), m.duration_s, node=m.node)
+        return cls(repeat, m.status.value, m.reason, dict(m.metrics), dict(m.env), m.duration_s, node=m.node,
+                   series=None if m.series is None else m.series.to_dict())
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class CampaignView:
     objective: dict[str, Any] | None = None  # several metrics: weighted, lexicographic or Pareto
     executor: dict[str, Any] | None = None  # where its trials are measured (``executor.kind``: local or ray)
     resolved_params: dict[str, Any] | None = None  # every hyperparameter as resolved at creation
+    fidelity: dict[str, Any] | None = None  # multi-fidelity: ASHA's rungs and eta, and a device-seconds budget
 
     @property
     def adaptive(self) -> bool:

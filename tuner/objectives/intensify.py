@@ -69,3 +69,62 @@ def check_max_repeats(max_repeats: int | None, repeats: int) -> None:
                          f"measured {repeats} times first; the cap must be at least that")
     if max_repeats > MAX_REPEATS_LIMIT:
         raise ValueError(f"`max_repeats` {max_repeats}: at most {MAX_REPEATS_LIMIT} runs of one configuration")
+
+
+RACE_ALPHA = 0.1  # Optuna's WilcoxonPruner's default p_threshold
+RACE_MIN_PAIRS = 4  # a one-sided signed-rank test over fewer pairs cannot reach p below 0.1 (over 4: 1/16)
+
+
+@dataclass
+class RepeatRace:
+    """Repeats as a fidelity: a configuration's runs race the incumbent's, run by run, and stop as soon as a one-sided
+    Wilcoxon signed-rank test over the pairs so far (run k against the incumbent's run k, in the order they ran)
+    says it is worse, at ``alpha``. The pairs share no seed: a replayed table draws each run from a few recorded
+    repeats, and one seed for both sides would pair the same two repeats again and again, counting one difference
+    as several (a device's fio draws the same workload in every run anyway). The incumbent is the best mean among the
+    configurations measured with every repeat (``offer``). What Optuna's WilcoxonPruner does over a trial's steps,
+    here over a configuration's repeats, with scipy's test (exact where no pair ties, else its normal approximation,
+    zero differences split)."""
+
+    direction: str
+    repeats: int
+    alpha: float = RACE_ALPHA
+    incumbent: list[float] | None = None
+
+    def offer(self, runs: list[float]) -> None:
+        """A configuration measured with every repeat: the incumbent from now on if its mean is better."""
+        if len(runs) < self.repeats:
+            return
+        if self.incumbent is None or better(sum(runs) / len(runs), sum(self.incumbent) / len(self.incumbent),
+                                            self.direction):
+            self.incumbent = list(runs[:self.repeats])
+
+    def race(self, runs: list[float]) -> str | None:
+        """None while ``runs`` (a configuration's first runs) may still beat the incumbent; else why they stop."""
+        n = len(runs)
+        if self.incumbent is None or n < RACE_MIN_PAIRS or n >= self.repeats:
+            return None
+        from scipy.stats import wilcoxon
+
+        worse = [to_loss(a, self.direction) - to_loss(b, self.direction) for a, b in zip(runs, self.incumbent)]
+        if not any(worse):
+            return None
+        p = float(wilcoxon(worse, alternative="greater", zero_method="zsplit").pvalue)
+        if p >= self.alpha:
+            return None
+        return (f"raced out after {n} of {self.repeats} runs: worse than the incumbent, run for run (Wilcoxon "
+                f"signed-rank p = {p:.3f} < {self.alpha:g})")
+
+    def counts(self) -> list[int]:
+        """The incumbent's runs (a board's count, for the loop's summary)."""
+        return [0 if self.incumbent is None else len(self.incumbent)]
+
+
+def check_race(race: str, repeats: int) -> None:
+    """A race needs repeats enough for the test to ever stop one: refused in one line otherwise."""
+    if race not in ("none", "wilcoxon"):
+        raise ValueError(f"race {race!r}: choose none or wilcoxon")
+    if race == "wilcoxon" and repeats <= RACE_MIN_PAIRS:
+        raise ValueError(f"race wilcoxon with {repeats} repeats cannot stop a configuration early: a one-sided "
+                         f"signed-rank test reaches p below {RACE_ALPHA} from {RACE_MIN_PAIRS} runs, so give "
+                         f"--repeats {RACE_MIN_PAIRS + 1} or more")

@@ -16,15 +16,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from storetune.runners import Direction, HostUnavailable, Runner, Status, inspected_runner, make_runner
+from storetune.runners import (
+    Direction, HostUnavailable, Runner, Status, WatchedRunner, inspected_runner, make_runner,
+)
 from storetune.search_spaces import Config, SearchSpace
 from storetune.tuner.analysis.summary import CampaignSummary, evaluations
 from storetune.tuner.execution.jobs import Executor, ExecutorLost
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.history.store import History
-from storetune.tuner.objectives.intensify import check_max_repeats
+from storetune.tuner.objectives.fidelity import FIDELITIES, RungError, Rungs, schedule, watchable
+from storetune.tuner.objectives.intensify import RepeatRace, check_max_repeats, check_race
 from storetune.tuner.history.memory import MemoryStore
-from storetune.tuner.search.loop import TrialResult, _measurements, run_loop, settle, trial_seed
+from storetune.tuner.search.loop import (
+    Shortened, TrialResult, _measurements, run_loop, run_seconds, settle, trial_seed,
+)
 from storetune.tuner.history.views import CampaignView, TrialView
 from storetune.tuner.objectives.objective import MultiObjective, Objective, campaign_objective, resolve_objective
 from storetune.tuner.algorithms.base import Tuner
@@ -63,6 +68,13 @@ class CampaignSpec:
     # the near-optimal configurations of the nearest fingerprinted workloads (tuner.workloads)
     warm_start: str = "none"
     fixed: Mapping[str, Any] = field(default_factory=dict)  # parameters pinned to one value (--fix)
+    # multi-fidelity search: "asha" judges each run at rungs min_run_s, min_run_s * eta, ... up to its full length
+    # and stops those not in the best 1/eta there (tuner/objectives/fidelity.py); "none" runs every benchmark whole
+    fidelity: str = "none"
+    eta: float = 3.0
+    min_run_s: float = 1.0
+    budget_s: float | None = None  # stop starting trials once the runs took this many device-seconds
+    race: str = "none"  # "wilcoxon": a configuration's repeats race the incumbent's, and stop when they lose
 
 
 class InvalidSpec(ValueError):
@@ -73,6 +85,7 @@ class InvalidSpec(ValueError):
         self.field = field
 
 
+UNBOUNDED_EVALUATIONS = 1_000_000  # a device-seconds budget alone: the device time limits, or the space's size
 SEED_LIMIT = 2**63  # seeds are stored as signed 64-bit integers (SQLite, PostgreSQL's bigint)
 
 
@@ -158,7 +171,7 @@ class Campaign:
                 raise InvalidSpec(field, f"the {name} must be at least 1, not {value}")
         checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
         size = runner.space.cardinality() if runner.space.finite else None
-        if size is not None and spec.budget > size:
+        if size is not None and spec.budget > size and spec.budget_s is None:  # with device-seconds: capped at create
             pins = f" with {', '.join(f'{k}={v}' for k, v in spec.fixed.items())}" if spec.fixed else ""
             raise InvalidSpec("budget",
                               f"a budget of {spec.budget} is more than the {size} configurations of "
@@ -168,10 +181,11 @@ class Campaign:
                                                                params=spec.algorithm_params))
         if (capacity := tuner.capacity()) is not None:  # a fixed set of configurations (grid)
             held, why = capacity
-            if spec.budget > held:
+            if spec.budget > held and spec.budget_s is None:  # with device-seconds: capped at create
                 raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
                                             f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
                                             "its hyperparameter per_stratum")
+        checked("fidelity", lambda: _fidelity(spec, runner, objective))
         return runner, objective, tuner
 
     @classmethod
@@ -202,13 +216,14 @@ class Campaign:
             objective_metric=objective.metric,
             objective_direction=objective.direction,
             objective=objective.spec() if isinstance(objective, MultiObjective) else None,
-            budget=spec.budget,
+            budget=_capped(spec, runner, tuner),
             seed=spec.seed,
             repeats=spec.repeats,
             max_repeats=spec.max_repeats,
             batch_size=spec.batch_size,
             warm_start=spec.warm_start,
             fixed={k: runner.space[k].default for k in spec.fixed},
+            fidelity=_fidelity(spec, runner, objective),
             origin=origin,
             state=state,
             executor={"kind": executor_kind or (executor.kind if executor is not None else "local")},
@@ -238,6 +253,11 @@ class Campaign:
         if (runner.space.fingerprint() != record.space_fingerprint
                 and _labelled_twice(runner.space, record.fixed) != record.space_fingerprint):  # hashed only then
             raise ValueError(f"campaign {campaign_id}: the search space {record.space_name} changed since it started")
+        if record.fidelity and record.fidelity.get("kind") == "asha":  # a table that changed may no longer fit
+            try:
+                watchable(runner, Rungs(tuple(record.fidelity["rungs"]), record.fidelity["eta"]))
+            except RungError as e:
+                raise ValueError(f"campaign {campaign_id}: its rungs no longer fit its runner: {e}") from None
         return cls(history, record, runner, campaign_objective(record), executor)
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -259,13 +279,20 @@ class Campaign:
             self.tuner.measure_first(similar["first"])
         adaptive = rec.adaptive
         pareto = self.objective.kind == "pareto"
-        trials = history.trials(rec.id, measurements=adaptive or pareto)
+        trials = history.trials(rec.id, measurements=adaptive or pareto or bool(rec.fidelity))
         if adaptive:
             trials = settle(trials, self.objective, history)
-        for t in trials:  # what this campaign measured already (after a crash or an interrupt)
-            if Status(t.status).terminal:
-                vector = self.objective.vector(_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
-                self.tuner.tell(Config(t.config), t.value, Status(t.status), vector)
+        rungs = None if not rec.fidelity or rec.fidelity["kind"] != "asha" else \
+            Rungs(tuple(rec.fidelity["rungs"]), rec.fidelity["eta"])
+        finished = [t for t in trials if Status(t.status).terminal]
+        # multi-fidelity: a stopped run is told as the loop tells it, its rung value capped at the worst whole run
+        short = None if rungs is None else Shortened(rungs, self.objective, finished)  # type: ignore[arg-type]
+        for t in finished:  # what this campaign measured already (after a crash or an interrupt)
+            if short is not None and (told := short.told(Config(t.config))) is not None:
+                self.tuner.tell(Config(t.config), told)
+                continue
+            vector = self.objective.vector(_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
+            self.tuner.tell(Config(t.config), t.value, Status(t.status), vector)
         retried = {t.retry_of for t in trials if t.retry_of is not None}
         stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
         queue: list[TrialView] = [t for t in trials if t.status == Status.PENDING.value]
@@ -292,7 +319,12 @@ class Campaign:
                 on_trial=on_trial,
                 stop=lambda: history.cancel_requested(rec.id),
                 max_repeats=rec.max_repeats,
-                finished=[t for t in trials if Status(t.status).terminal] if adaptive else (),
+                finished=finished if adaptive or rec.fidelity else (),
+                fidelity=rungs,
+                budget_s=(rec.fidelity or {}).get("budget_s"),
+                device_s=run_seconds([m for t in trials for m in _measurements(t)]) if rec.fidelity else 0.0,
+                race=RepeatRace(rec.objective_direction, rec.repeats)
+                if (rec.fidelity or {}).get("race", "none") != "none" else None,
             )
         except KeyboardInterrupt:
             history.mark_stale(rec.id, STALE_REASON)
@@ -328,6 +360,49 @@ class Campaign:
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
         return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
+
+
+def _capped(spec: CampaignSpec, runner: Runner, tuner: Tuner) -> int:
+    """The evaluations of a campaign given device-seconds: at most what the space (or the algorithm's grid) holds."""
+    budget = spec.budget
+    if spec.budget_s is not None:
+        if runner.space.finite:
+            budget = min(budget, runner.space.cardinality())
+        if (capacity := tuner.capacity()) is not None:
+            budget = min(budget, capacity[0])
+    return budget
+
+
+def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiObjective) -> dict[str, Any] | None:
+    """The campaign's multi-fidelity schedule as recorded, after the checks: a runner that can stop a run at a rung
+    (its run length), a schedule that fits it and a device-seconds budget that pays for one whole run."""
+    if spec.budget_s is not None and not spec.budget_s > 0:
+        raise ValueError(f"a budget of {spec.budget_s:g} device-seconds: it must be above 0")
+    if spec.fidelity not in FIDELITIES:
+        raise ValueError(f"fidelity {spec.fidelity!r}: choose {' or '.join(FIDELITIES)}")
+    check_race(spec.race, spec.repeats)
+    if spec.race != "none" and (isinstance(objective, MultiObjective) or spec.max_repeats is not None
+                                or spec.fidelity != "none"):
+        raise ValueError("race wilcoxon judges one metric over fixed repeats: it does not combine with an objective "
+                         "over several metrics, adaptive repeats (max_repeats) or fidelity asha")
+    if spec.fidelity == "none":
+        if spec.budget_s is not None and runner.replays and not (
+                isinstance(runner, WatchedRunner) and runner.full_length_s()):
+            raise ValueError(f"a budget of {spec.budget_s:g} device-seconds on {runner.label()}: its table keeps no "
+                             "per-interval series, so a replayed run takes no device time; give a budget of evaluations")
+        if spec.race != "none":
+            return {"kind": "none", "budget_s": spec.budget_s, "race": spec.race}
+        return None if spec.budget_s is None else {"kind": "none", "budget_s": spec.budget_s}
+    if isinstance(objective, MultiObjective) or spec.max_repeats is not None or spec.repeats != 1:
+        raise ValueError("fidelity asha judges each run by one metric, one run per configuration: it does not combine "
+                         "with an objective over several metrics, repeats or adaptive repeats (max_repeats)")
+    rungs = schedule(runner, spec.eta, spec.min_run_s, spec.budget_s)
+    watched = runner.watched_metrics()  # type: ignore[attr-defined]  # schedule refused any other runner
+    if objective.metric not in watched:
+        raise ValueError(f"fidelity asha judges runs by {objective.metric} as they go, and the {runner.name} runner "
+                         f"reports only {', '.join(watched) or 'nothing'} while a run goes: choose one of those as "
+                         "the metric")
+    return {"kind": "asha", "rungs": list(rungs.lengths), "eta": rungs.eta, "budget_s": spec.budget_s}
 
 
 def record_fingerprint(history: History, runner: Runner) -> dict[str, Any] | None:

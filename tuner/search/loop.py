@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from storetune.runners import HostUnavailable, Measurement, Runner, Status
+from storetune.runners.series import Series
 from storetune.search_spaces import Config, config_hash
 from storetune.search_spaces.status import loss as to_loss
 from storetune.tuner.algorithms.base import Tuner
-from storetune.tuner.execution.jobs import Executor, Job, repeat_seeds
+from storetune.tuner.execution.jobs import Executor, Job, board_lost, repeat_seeds
 from storetune.tuner.execution.local import LocalExecutor
-from storetune.tuner.objectives.intensify import Standing, incumbent, next_remeasure
+from storetune.tuner.objectives.fidelity import Rungs, SuccessiveHalving, told_value
+from storetune.tuner.objectives.intensify import RepeatRace, Standing, incumbent, next_remeasure
 from storetune.tuner.objectives.objective import MultiObjective, Objective
 from storetune.tuner.history.views import TrialStore, TrialView
 
@@ -46,6 +48,13 @@ class LoopOutcome:
     note: str | None = None  # why the loop stopped before the budget
     stopped: bool = False  # ``stop`` asked the loop to drain (a cancel)
     overhead_s: list[float] = field(default_factory=list)  # the algorithm's ask+tell time per evaluation
+    device_s: float = 0.0  # the seconds the runs ran (their run lengths, short ones too), this loop's
+    judged: list[int] = field(default_factory=list)  # multi-fidelity: the runs judged at each rung
+
+
+def run_seconds(measurements: Sequence[Measurement]) -> float:
+    """The device time runs took: each one's run length where it says (watched runs), else its duration."""
+    return sum(float(m.env.get("run_length_s", m.duration_s)) for m in measurements)
 
 
 def trial_seed(campaign_seed: int, config: Config) -> int:
@@ -73,6 +82,10 @@ def run_loop(
     on_start: Callable[[int, Config], None] | None = None,
     max_repeats: int | None = None,
     finished: Sequence[TrialView] = (),
+    fidelity: Rungs | None = None,
+    budget_s: float | None = None,
+    device_s: float = 0.0,
+    race: RepeatRace | None = None,
 ) -> LoopOutcome:
     """Spend the budget: ``queue`` holds trials to measure before asking for new ones (those
     pending or re-run after a crash), ``evaluated`` the finished trials that already count.
@@ -89,14 +102,37 @@ def run_loop(
     drains (the trials in flight are recorded; none is started) and returns with ``stopped`` set.
     When a job raises HostUnavailable (the host cannot measure now), the loop drains the same way, after
     withdrawing what the stream can of the jobs submitted (``Stream.drop_queued``), and raises: the trials
-    left running are the campaign's to re-run."""
+    left running are the campaign's to re-run.
+
+    With ``fidelity`` (multi-fidelity search, tuner/objectives/fidelity.py), each run is judged at its rungs
+    against the others' and stopped short where it is not in their best 1/eta: the trial is STOPPED, and the
+    algorithm is told its value at the rung, never better than the worst full-length run (``told_value``).
+    ``budget_s`` stops starting trials once the runs have taken that many device-seconds (run lengths), with
+    ``device_s`` taken already (a resume's).
+
+    With ``race`` (repeats as a fidelity), a configuration's repeats race the incumbent's run by run in the worker,
+    and stop where a Wilcoxon signed-rank test says it is worse: its trial keeps the runs it took, and says why."""
     executor = executor or LocalExecutor()
-    outcome = LoopOutcome(evaluated)
+    outcome = LoopOutcome(evaluated, device_s=device_s)
     queue = list(queue)
+    if fidelity is not None and (max_repeats is not None or repeats != 1 or not isinstance(objective, Objective)):
+        raise ValueError("multi-fidelity search judges runs by one metric, one run each: it does not combine with "
+                         "repeats, adaptive repeats or an objective over several metrics")
     races = None if max_repeats is None else _Races(objective, max_repeats, finished)
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
+    short = None if fidelity is None else Shortened(fidelity, objective, finished)  # type: ignore[arg-type]
+    if race is not None and (fidelity is not None or max_repeats is not None or not isinstance(objective, Objective)):
+        raise ValueError("a race on repeats judges one metric over a configuration's fixed repeats: it does not "
+                         "combine with multi-fidelity runs, adaptive repeats or an objective over several metrics")
+    if race is not None:
+        for t in finished:  # a resume: the incumbent among the configurations measured with every repeat
+            runs = [m.metrics[objective.metric] for m in _measurements(t) if objective.metric in m.metrics]  # type: ignore[union-attr]
+            if t.status == Status.SUCCEEDED.value:
+                race.offer(runs)
+    board = executor.board(short.halving()) if short is not None else executor.board(race) if race is not None \
+        else None
     stream = executor.stream(runner, runner.workload, lambda job, repeat, m: store.add_measurement(
-        job.trial_id, repeat, m))
+        job.trial_id, repeat, m), board=board)
     batches = not executor.asynchronous or tuner.whole_batches
     in_flight: dict[int, TrialView] = {}
     ask_share: dict[int, float] = {}
@@ -107,6 +143,7 @@ def run_loop(
         while (host_error is None and not (outcome.stopped or exhausted)
                and len(in_flight) + len(starting) < batch_size
                and outcome.evaluated + len(in_flight) + len(starting) < budget
+               and (budget_s is None or outcome.device_s < budget_s)
                and not (batches and in_flight)):
             if not starting and stop is not None and stop():
                 outcome.stopped = True
@@ -138,6 +175,12 @@ def run_loop(
                 done = 0 if races is None else races.runs(t.id)
                 if done:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, done + 1)[done:], first_repeat=done)
+                elif fidelity is not None:
+                    job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats), rungs=fidelity.lengths,
+                              metric=objective.metric)  # type: ignore[union-attr]  # one metric: checked above
+                elif race is not None:
+                    job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats), metric=objective.metric,  # type: ignore[union-attr]
+                              race=True)
                 else:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats))
                 stream.submit(job)
@@ -156,16 +199,33 @@ def run_loop(
                 raise
             raise host_error from e
         trial = in_flight.pop(job.trial_id)
+        outcome.device_s += run_seconds(measurements)  # the job's own runs
         if races is not None:
             measurements = races.add(trial, measurements)
         status, value, reason = objective.outcome(measurements)
+        if status is Status.STOPPED and fidelity is not None:
+            reason = fidelity.stop_reason(int(measurements[-1].env["stopped_at_rung"]))
+        if status is Status.SUCCEEDED and measurements and "raced_out" in measurements[-1].env:
+            reason = str(measurements[-1].env["raced_out"])
+        elif race is not None and board is not None and status is Status.SUCCEEDED and len(measurements) == repeats:
+            try:
+                board.offer([m.metrics[objective.metric] for m in measurements])  # type: ignore[union-attr,attr-defined]
+            except Exception as e:  # its manager or actor is gone: as a busy host, the campaign stops, resumable
+                if host_error is None:
+                    host_error = board_lost(e)
+                    stream.drop_queued()
         store.finish_trial(job.trial_id, status, value, reason)
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
+        told, told_status, again = value, status, []
+        if short is not None:  # a stopped run: how bad, never that it beat a whole run
+            told, told_status, again = short.finished(job.config, status, value, measurements)
         started = time.perf_counter()
         if job.first_repeat:
-            tuner.retell(job.config, value, status, vector)
+            tuner.retell(job.config, told, told_status, vector)
         else:
-            tuner.tell(job.config, value, status, vector)
+            tuner.tell(job.config, told, told_status, vector)
+        for config, capped in again:  # a new worst whole run lowers the cap on what stopped runs are told
+            tuner.retell(config, capped)
         if races is not None:
             races.finish(trial.id, value if status is Status.SUCCEEDED else None)
         outcome.overhead_s.append(ask_share.pop(job.trial_id, 0.0) + time.perf_counter() - started)
@@ -180,17 +240,26 @@ def run_loop(
             duration = sum(m.duration_s for m in measurements[job.first_repeat:])
             on_trial(TrialResult(trial.number, job.config, status, value, reason, duration, outcome.evaluated,
                                  budget, best_value, tuner.warm_started, len(measurements), job.first_repeat > 0))
+    if board is not None and host_error is None:
+        try:
+            outcome.judged = list(board.counts())
+        except Exception as e:  # what the summary says of the rungs is lost; the measurements are not
+            host_error = board_lost(e)
     if host_error is not None:
         raise host_error
     if outcome.stopped:
         outcome.note = f"cancelled after {outcome.evaluated} of {budget} evaluations"
+    elif budget_s is not None and outcome.device_s >= budget_s:
+        outcome.note = (f"the budget of {budget_s:g} device-seconds was spent after {outcome.evaluated} evaluations "
+                        f"({outcome.device_s:.0f} s)")
     elif exhausted:
         outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
     return outcome
 
 
 def _measurements(t: TrialView) -> list[Measurement]:
-    return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s, m.node) for m in t.measurements or ()]
+    return [Measurement(Status(m.status), m.metrics, m.reason, m.env, m.duration_s, m.node,
+                        None if m.series is None else Series.from_dict(m.series)) for m in t.measurements or ()]
 
 
 def settle(trials: Sequence[TrialView], objective: Objective | MultiObjective, store: TrialStore) -> list[TrialView]:
@@ -206,6 +275,49 @@ def settle(trials: Sequence[TrialView], objective: Objective | MultiObjective, s
                 t = dataclasses.replace(t, status=status.value, value=value, reason=reason)
         out.append(t)
     return out
+
+
+class Shortened:
+    """The loop's side of multi-fidelity search: the runs measured whole and the runs stopped short so far, and what
+    the algorithm is told of each stopped one: its value at its rung, capped at the worst whole run so far
+    (``told_value``), told again whenever that worst falls. Rebuilt from a resumed campaign's finished trials, with
+    the rung record its runs were judged on (each measurement's ``judged``): a resume judges and tells as the first
+    run did."""
+
+    def __init__(self, rungs: Rungs, objective: Objective, finished: Sequence[TrialView] = ()):
+        self.rungs, self.metric, self.direction = rungs, objective.metric, objective.direction
+        self.whole: list[float] = []
+        self.short: dict[Config, float] = {}  # each stopped run's value at its rung, as measured
+        self.recorded: list[list[float]] = [[] for _ in rungs.lengths]
+        for t in finished:
+            measurements = _measurements(t)
+            for m in measurements:
+                for k, v in enumerate(m.env.get("judged", ())[:len(self.recorded)]):
+                    self.recorded[k].append(float(v))
+            self.finished(Config(t.config), Status(t.status), t.value, measurements)
+
+    def halving(self) -> SuccessiveHalving:
+        return SuccessiveHalving(self.rungs, self.direction, self.recorded)
+
+    def told(self, config: Config) -> float | None:
+        """What the algorithm is told now of a stopped configuration (None: it is not one)."""
+        value = self.short.get(config)
+        return None if value is None else told_value(value, self.whole, self.direction)
+
+    def finished(self, config: Config, status: Status, value: float | None, measurements: Sequence[Measurement]
+                 ) -> tuple[float | None, Status, list[tuple[Config, float]]]:
+        """What to tell of a finished trial (value and status), and the stopped configurations to tell again."""
+        if status is Status.STOPPED:
+            runs = [m.metrics[self.metric] for m in measurements if self.metric in m.metrics]
+            if not runs or not np.isfinite(np.mean(runs)):
+                return value, status, []
+            self.short[config] = float(np.mean(runs))
+            return self.told(config), Status.SUCCEEDED, []
+        if status is not Status.SUCCEEDED or value is None:
+            return value, status, []
+        before = {c: self.told(c) for c in self.short}
+        self.whole.append(float(value))
+        return value, status, [(c, now) for c in self.short if (now := self.told(c)) != before[c]]
 
 
 class _Races:

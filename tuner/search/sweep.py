@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from storetune.runners import Measurement, Status
+from storetune.runners.device.engines import SERIES_MS
 from storetune.runners.device.personalities import job_version
 from storetune.runners.device.runner import PROTOCOL
+from storetune.runners.series import SERIES_METRICS
 from storetune.runners.settings import DeviceSettings
-from storetune.runners.tables import load_table
+from storetune.runners.tables import SERIES_PREFIX, load_table
 from storetune.search_spaces import load_space
 from storetune.tuner.search.campaign import Campaign, CampaignSpec
 from storetune.tuner.algorithms.grid import GridSearch
@@ -152,8 +154,9 @@ def _adopt(history: History, spec: SweepSpec, manifest: dict[str, Any], workload
     for config in sorted(measured, key=order.__getitem__):
         assert table is not None
         if config in table.repeats:
+            series = table.series.get(config, (None,) * len(table.repeats[config]))
             ms = [Measurement(Status.SUCCEEDED, {m: float(v) for m, v in zip(metrics, row) if np.isfinite(v)},
-                              env=adopted) for row in table.repeats[config]]
+                              env=adopted, series=kept) for row, kept in zip(table.repeats[config], series)]
         else:
             status, reason = table.outcomes[config]
             ms = [Measurement.failed(status, reason or status.value, env=adopted)]
@@ -334,11 +337,19 @@ def export(history: History, spec: SweepSpec, manifest: dict[str, Any]) -> Path:
             for repeat, m in enumerate(t.measurements):
                 env = env or ({} if adopted else dict(m.env))
                 rows.append([workload, *(t.config.get(p.name, "") for p in space.parameters), repeat, m.status,
-                             m.reason or "", *(_cell(m.metrics.get(k)) for k in METRICS)])
+                             m.reason or "", *(_cell(m.metrics.get(k)) for k in METRICS),
+                             *(_series_cell(m.series, k) for k in SERIES_METRICS)])
+    # the per-second series, where the runs kept them: columns only then, so a dataset without keeps its bytes
+    with_series = any(any(r[-len(SERIES_METRICS):]) for r in rows)
+    if not with_series:
+        rows = [r[:-len(SERIES_METRICS)] for r in rows]
     with open(spec.out / MEASUREMENTS, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["workload", *space.names, "repeat", "status", "reason", *METRICS])
+        writer.writerow(["workload", *space.names, "repeat", "status", "reason", *METRICS,
+                         *([f"{SERIES_PREFIX}{k}" for k in SERIES_METRICS] if with_series else [])])
         writer.writerows(rows)
+    if with_series:
+        manifest["series_interval_s"] = SERIES_MS / 1000
     manifest.update({
         "format": "long",
         "files": [MEASUREMENTS],
@@ -385,6 +396,12 @@ def _save(path: Path, manifest: dict[str, Any]) -> None:
 
 def _cell(value: float | None) -> str:
     return "" if value is None else f"{value:.6g}"
+
+
+def _series_cell(series: dict[str, Any] | None, metric: str) -> str:
+    """A kept series' values of ``metric``, space-separated (a long table's ``series:<metric>`` cell)."""
+    values = (series or {}).get(metric) or ()
+    return " ".join(f"{v:.6g}" for v in values)
 
 
 def _now() -> str:

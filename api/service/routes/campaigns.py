@@ -23,7 +23,7 @@ from storetune.tuner.analysis.summary import (
     best_trial, campaign_best, campaign_convergence, held_out, near_optimal_trials,
 )
 from storetune.tuner.algorithms.base import HyperparameterError, parse_params
-from storetune.tuner.search.campaign import InvalidSpec, driver_alive
+from storetune.tuner.search.campaign import UNBOUNDED_EVALUATIONS, InvalidSpec, driver_alive
 from storetune.tuner.objectives.objective import MultiObjective, objective_kind, table_metric
 from storetune.tuner.algorithms.registry import algorithm_class, algorithm_target, default_algorithm
 from storetune.tuner.history.views import CampaignView, TrialView
@@ -59,7 +59,8 @@ def public(svc: Any, c: CampaignView) -> CampaignPublic:
         algorithm_params=c.algorithm_params, resolved_params=c.resolved_params, objective=Objective(metric=c.objective_metric,
                                                                  direction=c.objective_direction),  # type: ignore[arg-type]
         objective_spec=c.objective,
-        budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, parallel=c.batch_size,
+        budget=c.budget, seed=c.seed, repeats=c.repeats, max_repeats=c.max_repeats, fidelity=c.fidelity,
+        parallel=c.batch_size,
         warm_start=c.warm_start, fixed=c.fixed, comparison=c.comparison_id, executor=c.executor,
         progress=Progress(evaluated=evaluated, budget=c.budget,
                           trials_by_status=ordered),
@@ -120,8 +121,12 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
     spec = CampaignSpec(runner=body.runner, runner_settings=settings, algorithm=algorithm,
                         algorithm_params=body.algorithm_params, metric=body.metric, direction=body.direction,
                         objective=body.objective,
-                        budget=body.budget, seed=body.seed, repeats=body.repeats, max_repeats=body.max_repeats,
-                        batch_size=body.parallel, warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()})
+                        budget=body.budget if body.budget_s is None or "budget" in body.model_fields_set else
+                        UNBOUNDED_EVALUATIONS,
+                        seed=body.seed, repeats=body.repeats, max_repeats=body.max_repeats,
+                        batch_size=body.parallel, warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()},
+                        fidelity=body.fidelity, eta=body.eta, min_run_s=body.min_run_s, budget_s=body.budget_s,
+                        race=body.race)
     try:
         campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued",
                                    executor_kind=executor, remote=executor == "ray")
