@@ -311,6 +311,20 @@ def rank_correlation(runner: Any, metric: str, lengths: Sequence[int] = RANK_LEN
     return {str(t): spearman(prefix_means(runner, metric, t), full)[1] for t in lengths}
 
 
+def best_rank(runner: Any, metric: str, direction: str, lengths: Sequence[int] = RANK_LENGTHS) -> dict[str, int]:
+    """Where the configuration with the best full-length mean ranks (1: first) by its mean over the first t
+    seconds: a rung at t that ranks it low stops the run a search is looking for."""
+    full = runner.table.means(metric)
+    best = (max if direction == "max" else min)(full, key=full.get)
+    out = {}
+    for t in lengths:
+        means = prefix_means(runner, metric, t)
+        if best in means:
+            out[str(t)] = 1 + sum((v > means[best]) if direction == "max" else (v < means[best])
+                                  for v in means.values())
+    return out
+
+
 def agreement(runner: Any, other: Any, metric: str, seconds: float) -> dict[str, Any]:
     """Spearman's rho between the ``seconds``-second prefix means of ``runner``'s series (over its repeats) and
     ``other``'s means (a fixed-length dataset measured with the same protocol), over the configurations both hold."""
@@ -408,7 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         budget_s = args.budget_runs * (full + max(setups))  # whole runs, each with its setup
         per_workload[workload] = {"configurations": len(means), "near_optimal": len(targets), "within": within,
                                   "run_s": full,
-                                  "rank_correlation": rank_correlation(runner, args.metric)}
+                                  "rank_correlation": rank_correlation(runner, args.metric),
+                                  "best_rank": best_rank(runner, args.metric, direction)}
         if args.agree:
             other = runner_for(args.agree, workload, args.metric)
             manifest_other = Path(args.agree) / "manifest.json"
@@ -476,6 +491,7 @@ def figures_for(setup: float, runs: Sequence[dict[float, Run]], per_workload: di
     result["asha_reported_near_optimal"] = over("share", lambda w: w[c].get("auto+asha", {}).get(
         "reported_near_optimal"))
     result["rank_correlation"] = {w: info["rank_correlation"] for w, info in per_workload.items()}
+    result["best_rank"] = {w: info["best_rank"] for w, info in per_workload.items()}
     if args.agree:
         result["agreement"] = {w: info["agreement"] for w, info in per_workload.items()}
     return result
@@ -487,7 +503,8 @@ def print_figures(result: dict[str, Any]) -> None:
         print(f"== {workload}: {info['near_optimal']} of {info['configurations']} near-optimal (within "
               f"{info['within']:.4g} of the best), runs of {info['run_s']:g} s, budget {info['budget_s']:g} "
               f"device-seconds; Spearman of t-second and full means: "
-              + ", ".join(f"t={t}: {rho}" for t, rho in info["rank_correlation"].items()))
+              + ", ".join(f"t={t}: {rho}" for t, rho in info["rank_correlation"].items())
+              + "; the best whole run's rank at t: " + ", ".join(f"t={t}: {k}" for t, k in info["best_rank"].items()))
         if "agreement" in info:
             a = info["agreement"]
             print(f"   its {a['prefix_s']:g}-second prefixes against {a['with']}: Spearman {a['spearman']} over "

@@ -387,6 +387,7 @@ def test_the_multifidelity_benchmark_counts_device_seconds_for_every_contestant(
     assert {"asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "rank_correlation"} <= set(result)
     assert set(result["rank_correlation"]) == {"fileserver", "varmail"}
     assert all(0.9 < rho <= 1 for w in result["rank_correlation"].values() for rho in w.values())
+    assert all(set(ranks) == {"1", "3", "10"} for ranks in result["best_rank"].values())
     # agreement with a fixed-length dataset (here itself, whose manifest names no run length: 10 s prefixes)
     assert {w: a["spearman"] for w, a in result["agreement"].items()} == \
         {w: rho["10"] for w, rho in result["rank_correlation"].items()}
@@ -443,3 +444,27 @@ def test_the_multifidelity_benchmark_resumes_from_its_cache_and_refuses_another_
     other = subprocess.run(argv + ["--cache", str(cache), "--eta", "2"], capture_output=True, text=True, timeout=600,
                            cwd=ROOT)
     assert other.returncode != 0 and "other settings (eta)" in other.stderr
+
+
+def test_best_rank_says_where_the_best_whole_run_ranks_on_its_first_seconds(tmp_path):
+    """A best configuration that starts slowly (varmail's in loop-storage-ts: 18th of 70 at 1 s) ranks low on its
+    first seconds: the bench prints where, so that a reader sees why a rung there stops it."""
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import multifidelity
+
+    folder = tmp_path / "slow-start"
+    folder.mkdir()
+    lines = ["workload,a,repeat,status,reason,ops_per_s,series:ops_per_s"]
+    starts = {0: (100, 400), 1: (300, 300), 2: (200, 200)}  # a=0: 100 ops/s for 5 s, then 400: the best whole
+    for a, (first, then) in starts.items():
+        for r in range(2):
+            series = [first] * 5 + [then] * 25
+            lines.append(f"fileserver,{a},{r},SUCCEEDED,,{np.mean(series):.3f}," + " ".join(map(str, series)))
+    (folder / "measurements.csv").write_text("\n".join(lines) + "\n")
+    runner = multifidelity.runner_for(str(folder / "measurements.csv"), "fileserver", "ops_per_s")
+    assert multifidelity.best_rank(runner, "ops_per_s", "max") == {"1": 3, "3": 3, "10": 2}
+    assert multifidelity.best_rank(runner, "ops_per_s", "max", lengths=(30,)) == {"30": 1}
