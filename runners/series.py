@@ -28,7 +28,8 @@ SERIES_METRICS = ("ops_per_s", "mb_per_s")
 
 
 class SeriesError(ValueError):
-    """A series that cannot be used: a gap, a value that is not a finite number, a log line that does not parse.
+    """A series that cannot be used: a missing or non-finite value, metrics of different lengths, a log line that
+    does not parse or a second value for one interval.
     The message names the file and line, or the interval."""
 
 
@@ -132,7 +133,9 @@ def read_fio_logs(paths: Sequence[Path], interval_ms: int = 1000) -> Series:
     """fio's per-interval logs (``write_iops_log`` / ``write_bw_log`` with ``log_avg_msec``; one file per job
     thread; lines of time in ms, the interval's mean, direction, block size, offset) summed over threads and
     directions into one value per interval. A thread that ended early (fileserver's appenders, done with their
-    bytes in the first second, log nothing) adds nothing from then on. The last interval is left out where a
+    bytes in the first second, log nothing) adds nothing from then on. A thread that completed nothing in a
+    window (blocked in fsync, say) logs no line for it, so an interval missing between two of its lines counts
+    as 0 for that thread, not as a broken log. The last interval is left out where a
     thread that logged the one before did not log it: the run ended just before that thread's mark, and the
     interval would count it as idle."""
     per_kind: dict[str, dict[int, dict[int, float]]] = {"iops": {}, "bw": {}}  # kind -> thread -> interval -> sum
@@ -165,9 +168,6 @@ def read_fio_logs(paths: Sequence[Path], interval_ms: int = 1000) -> Series:
                     continue
                 raise SeriesError(f"{path}: line {number}: a second value for the interval of {ms} ms (line "
                                   f"{mine[interval]} has one)")
-            if mine and interval > max(mine) + 1:
-                raise SeriesError(f"{path}: line {number}: a gap: nothing logged from {(max(mine) + 1) * interval_ms} "
-                                  f"ms to {interval * interval_ms} ms")
             mine[interval] = number
             sums[interval] = sums.get(interval, 0.0) + value
     if not per_kind["iops"]:
