@@ -60,6 +60,8 @@ class Task:
     budget_runs: float = 0.0  # each setup's budget: this many whole runs, each with its setup
     full_s: float = 0.0
     setups: tuple[float, ...] = (0.0,)  # what each run costs the device besides its timed seconds
+    burn_in: int = 0  # auto+asha's rungs: whole runs before any stops one, and the best whole runs they must pass
+    guard: int = 0
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -143,7 +145,8 @@ def _ours(task: Task, runner: Any) -> list[Step]:
 
     algorithm = task.contestant.split("+")[0]
     tuner = make_tuner(algorithm, runner.space, seed=task.seed, direction=task.direction)
-    rungs = schedule(runner, task.eta, task.min_run_s) if task.contestant.endswith("+asha") else None
+    rungs = schedule(runner, task.eta, task.min_run_s, burn_in=task.burn_in, guard=task.guard) \
+        if task.contestant.endswith("+asha") else None
     store, steps = MemoryStore(), []
     spent = dict.fromkeys(task.setups, 0.0)
 
@@ -365,6 +368,8 @@ def ratio(a: dict[str, Any], b: dict[str, Any], budget_s: float) -> float | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from storetune.tuner.objectives.fidelity import BURN_IN, GUARD
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="datasets/loop-storage-ts", help="A long table with series:<metric> "
                         "columns (a folder with a manifest, or its measurements.csv).")
@@ -377,6 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eta", type=float, default=3.0, help="auto+asha's factor between rungs (Optuna's "
                         "Hyperband keeps its own defaults).")
     parser.add_argument("--min-run", type=float, default=1.0, help="auto+asha's shortest rung, in seconds.")
+    parser.add_argument("--burn-in", type=int, default=BURN_IN, help="auto+asha: whole runs before any rung stops a "
+                        "run (tune's default).")
+    parser.add_argument("--guard", type=int, default=GUARD, help="auto+asha: a rung stops runs only while the best "
+                        "this many whole runs would pass it (tune's default; 0: plain ASHA).")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
                         "(default: the share rule of bench/compare_algorithms.py, 0.1%% to 1%% of the table, at least one)")
     parser.add_argument("--setup-s", default="0", help="Device-seconds each run costs besides its timed "
@@ -434,8 +443,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for contestant in args.contestants.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 tasks.append(Task(dataset, workload, contestant, seed, budget_s, args.eta, args.min_run, args.metric,
-                                  direction, targets, args.budget_runs, full, setups))
+                                  direction, targets, args.budget_runs, full, setups, args.burn_in, args.guard))
     cache = Cache(args.cache, {"dataset": dataset, "metric": args.metric, "eta": args.eta, "min_run_s": args.min_run,
+                               "burn_in": args.burn_in, "guard": args.guard,
                                "budget_runs": args.budget_runs, "setups": list(setups), "within": args.within,
                                "code": code_fingerprint(MEASURING)}) if args.cache else None
     runs = [cache.done[t.key] for t in tasks if t.key in cache.done] if cache else []
@@ -463,7 +473,8 @@ def figures_for(setup: float, runs: Sequence[dict[float, Run]], per_workload: di
                 args: argparse.Namespace) -> dict[str, Any]:
     """The JSON object for one setup: per workload and contestant, and the headline keys."""
     result: dict[str, Any] = {"dataset": args.dataset, "seeds": args.seeds, "first_seed": args.first_seed,
-                              "eta": args.eta, "min_run_s": args.min_run, "setup_s": setup,
+                              "eta": args.eta, "min_run_s": args.min_run, "burn_in": args.burn_in,
+                              "guard": args.guard, "setup_s": setup,
                               "budget_runs": args.budget_runs, "workloads": {}}
     for workload, base in per_workload.items():
         info = {**base, "budget_s": args.budget_runs * (base["run_s"] + setup)}

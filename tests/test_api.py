@@ -13,6 +13,7 @@ import pytest
 
 from storetune.runners import RUNNERS
 from storetune.runners.tables import TableWarning
+from storetune.tuner.objectives.fidelity import BURN_IN, GUARD
 from conftest import ROOT, run_cli
 from rest_client import client_for, wait_for
 
@@ -197,7 +198,8 @@ def test_a_campaign_with_asha_over_rest_spends_its_device_seconds_and_shows_stop
                                                   "fidelity": "asha", "budget_s": 60, "seed": 4})
         assert created.status_code == 201, created.text
         done = wait_for(client, f"/campaigns/{created.json()['id']}", ("finished",))
-        assert done["fidelity"] == {"kind": "asha", "rungs": [1.0, 3.0, 9.0], "eta": 3.0, "budget_s": 60.0}
+        assert done["fidelity"] == {"kind": "asha", "rungs": [1.0, 3.0, 9.0], "eta": 3.0, "burn_in": BURN_IN, "guard": GUARD,
+                                    "budget_s": 60.0}
         assert done["budget"] == 60 and "device-seconds was spent" in done["note"]  # capped at the table's size
         assert done["progress"]["trials_by_status"]["STOPPED"] > 0
         trials = client.get(f"/campaigns/{done['id']}/trials", params={"limit": 100}).json()["items"]

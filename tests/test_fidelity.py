@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storetune.tuner.objectives.fidelity import RungError, Rungs, SuccessiveHalving
+from storetune.tuner.objectives.fidelity import BURN_IN, GUARD, RungError, Rungs, SuccessiveHalving
 
 
 def test_a_geometric_schedule_ends_at_the_run_s_length():
@@ -49,6 +49,32 @@ def test_a_run_goes_on_only_in_the_best_third_of_its_rung():
     assert [lower.judge(0, v) for v in (10, 5, 20, 30)] == [True, True, False, False]
     with pytest.raises(ValueError, match="finite"):
         lower.judge(0, float("nan"))
+
+
+def test_a_rung_stops_runs_only_after_the_burn_in_and_while_the_best_whole_runs_would_pass_it():
+    """varmail's trap: the first seconds rank the best configurations low. A rung that would stop the best whole run
+    so far lets every run through; it stops runs again once the record says the best stand in its best third."""
+    asha = SuccessiveHalving(Rungs((1, 3, 9), eta=3, burn_in=2, guard=1))
+    assert [asha.judge(0, v) for v in (50, 40, 30, 20, 10)] == [True] * 5  # the burn-in: nothing stopped yet
+    assert asha.judge(1, 12) and asha.judge(1, 45)  # the runs of 10 and 50 after 1 s, at 3 s
+    asha.learn([10, 12], 900)  # the best whole run was the slowest after 1 s
+    asha.learn([50, 45], 300)
+    assert not asha.trusted(0) and asha.judge(0, 5)  # the 1-s rung would have stopped it: it stops nothing
+    assert not asha.trusted(1)  # at 3 s neither (12 is not in the best third of 12 and 45)
+    assert asha.judge(0, 60) and asha.judge(1, 70)
+    asha.learn([60, 70], 1000)  # a new best, first after 1 s: the rung is trusted again
+    assert asha.trusted(0) and not asha.judge(0, 5) and asha.judge(0, 1e9)
+    guarded = SuccessiveHalving(Rungs((1, 3, 9), eta=3, burn_in=0, guard=2), wholes=[([60], 1000), ([10], 900)])
+    guarded.recorded[0] += [60, 10, 30]
+    assert not guarded.trusted(0)  # the second best whole run is guarded too
+    plain = SuccessiveHalving(Rungs((1, 3, 9), eta=3))  # burn_in 0, guard 0: ASHA as published
+    assert [plain.judge(0, v) for v in (50, 10)] == [True, False]
+    lower = SuccessiveHalving(Rungs((1, 3), eta=3, burn_in=1, guard=1), direction="min")  # a latency: less is better
+    assert lower.judge(0, 100)
+    lower.learn([100], 5)  # the best (lowest) whole run was slowest at 1 s
+    assert [lower.judge(0, v) for v in (10, 20, 100, 500)] == [True] * 4
+    with pytest.raises(RungError, match="burn_in .* and guard .* count whole runs"):
+        Rungs((1, 3), burn_in=-1)
 
 
 def test_about_one_run_in_eta_goes_on_when_values_come_in_random_order():
@@ -206,7 +232,8 @@ def test_tune_with_asha_spends_device_seconds_and_shows_each_run_s_length_and_se
                   "--json", db=sqlite_url, check=True)
     summary = json.loads(out.stdout.splitlines()[-1])
     record = History(sqlite_url).campaign(summary["campaign"])
-    assert record.fidelity == {"kind": "asha", "rungs": [1.0, 3.0, 9.0], "eta": 3.0, "budget_s": 80.0}
+    assert record.fidelity == {"kind": "asha", "rungs": [1.0, 3.0, 9.0], "eta": 3.0, "burn_in": BURN_IN, "guard": GUARD,
+                               "budget_s": 80.0}
     trials = History(sqlite_url).trials(summary["campaign"], measurements=True)
     spent = sum(t.measurements[0].env["run_length_s"] for t in trials)
     assert 80 <= spent < 80 + 9 and spent - trials[-1].measurements[0].env["run_length_s"] < 80
@@ -273,6 +300,9 @@ def test_a_resumed_campaign_rebuilds_the_rung_record_and_what_stopped_runs_were_
     lengths = [t.measurements[0].env["run_length_s"] for t in trials]
     assert short.halving().counts() == [30, sum(x > 1 for x in lengths), 0]
     assert short.recorded[0] == [t.measurements[0].env["judged"][0] for t in trials]
+    # each whole run with its value at the rungs before the last: what decides which rungs may stop a run
+    assert short.halving().wholes == [(tuple(t.measurements[0].env["judged"]), t.value) for t in trials
+                                      if t.status == "SUCCEEDED"]
     whole = [t.value for t in trials if t.status == "SUCCEEDED"]
     for t in trials:
         told = short.told(Config(t.config))

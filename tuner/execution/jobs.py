@@ -37,6 +37,10 @@ class Board(Protocol):
         """Record a run's ``value`` at ``rung`` (an index into the run lengths) and say whether it goes on."""
         ...
 
+    def learn(self, judged: list[float], value: float) -> None:
+        """A run measured whole, with its value at each rung it was judged at: which rungs may stop runs."""
+        ...
+
     def counts(self) -> list[int]:
         """How many runs were judged at each rung."""
         ...

@@ -164,6 +164,10 @@ class _Held:
         with self.lock:
             return self.board.judge(rung, value)
 
+    def learn(self, judged: list[float], value: float) -> None:
+        with self.lock:
+            self.board.learn(judged, value)
+
     def counts(self) -> list[int]:
         with self.lock:
             return self.board.counts()
@@ -177,7 +181,7 @@ class _Held:
             self.board.offer(runs)
 
 
-_BoardManager.register("Board", _Held, exposed=("judge", "counts", "race", "offer"))
+_BoardManager.register("Board", _Held, exposed=("judge", "learn", "counts", "race", "offer"))
 
 
 class _LocalStream:

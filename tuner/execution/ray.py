@@ -541,6 +541,9 @@ class _HeldBoard:
     def judge(self, rung: int, value: float) -> bool:
         return self.board.judge(rung, value)
 
+    def learn(self, judged: list[float], value: float) -> None:
+        self.board.learn(judged, value)
+
     def counts(self) -> list[int]:
         return self.board.counts()
 
@@ -561,6 +564,11 @@ class _ActorBoard:
         import ray
 
         return bool(ray.get(self.actor.judge.remote(rung, value)))
+
+    def learn(self, judged: list[float], value: float) -> None:
+        import ray
+
+        ray.get(self.actor.learn.remote(judged, value))
 
     def counts(self) -> list[int]:
         import ray

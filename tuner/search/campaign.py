@@ -255,7 +255,7 @@ class Campaign:
             raise ValueError(f"campaign {campaign_id}: the search space {record.space_name} changed since it started")
         if record.fidelity and record.fidelity.get("kind") == "asha":  # a table that changed may no longer fit
             try:
-                watchable(runner, Rungs(tuple(record.fidelity["rungs"]), record.fidelity["eta"]))
+                watchable(runner, Rungs.recorded(record.fidelity))
             except RungError as e:
                 raise ValueError(f"campaign {campaign_id}: its rungs no longer fit its runner: {e}") from None
         return cls(history, record, runner, campaign_objective(record), executor)
@@ -283,7 +283,7 @@ class Campaign:
         if adaptive:
             trials = settle(trials, self.objective, history)
         rungs = None if not rec.fidelity or rec.fidelity["kind"] != "asha" else \
-            Rungs(tuple(rec.fidelity["rungs"]), rec.fidelity["eta"])
+            Rungs.recorded(rec.fidelity)
         finished = [t for t in trials if Status(t.status).terminal]
         # multi-fidelity: a stopped run is told as the loop tells it, its rung value capped at the worst whole run
         short = None if rungs is None else Shortened(rungs, self.objective, finished)  # type: ignore[arg-type]
@@ -402,7 +402,8 @@ def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiOb
         raise ValueError(f"fidelity asha judges runs by {objective.metric} as they go, and the {runner.name} runner "
                          f"reports only {', '.join(watched) or 'nothing'} while a run goes: choose one of those as "
                          "the metric")
-    return {"kind": "asha", "rungs": list(rungs.lengths), "eta": rungs.eta, "budget_s": spec.budget_s}
+    return {"kind": "asha", "rungs": list(rungs.lengths), "eta": rungs.eta, "burn_in": rungs.burn_in,
+            "guard": rungs.guard, "budget_s": spec.budget_s}
 
 
 def record_fingerprint(history: History, runner: Runner) -> dict[str, Any] | None:

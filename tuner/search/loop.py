@@ -214,6 +214,13 @@ def run_loop(
                 if host_error is None:
                     host_error = board_lost(e)
                     stream.drop_queued()
+        elif short is not None and board is not None and (whole := short.whole_run(status, value, measurements)):
+            try:  # a whole run: the rungs learn whether they would have stopped it
+                board.learn(*whole)  # type: ignore[union-attr]
+            except Exception as e:
+                if host_error is None:
+                    host_error = board_lost(e)
+                    stream.drop_queued()
         store.finish_trial(job.trial_id, status, value, reason)
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
         told, told_status, again = value, status, []
@@ -289,15 +296,25 @@ class Shortened:
         self.whole: list[float] = []
         self.short: dict[Config, float] = {}  # each stopped run's value at its rung, as measured
         self.recorded: list[list[float]] = [[] for _ in rungs.lengths]
+        self.wholes: list[tuple[list[float], float]] = []  # each whole run's values at its rungs, and its own
         for t in finished:
             measurements = _measurements(t)
             for m in measurements:
                 for k, v in enumerate(m.env.get("judged", ())[:len(self.recorded)]):
                     self.recorded[k].append(float(v))
+            if whole := self.whole_run(Status(t.status), t.value, measurements):
+                self.wholes.append(whole)
             self.finished(Config(t.config), Status(t.status), t.value, measurements)
 
     def halving(self) -> SuccessiveHalving:
-        return SuccessiveHalving(self.rungs, self.direction, self.recorded)
+        return SuccessiveHalving(self.rungs, self.direction, self.recorded, self.wholes)  # type: ignore[arg-type]
+
+    def whole_run(self, status: Status, value: float | None, measurements: Sequence[Measurement]
+                  ) -> tuple[list[float], float] | None:
+        """A run measured whole, as the board learns it: its value at each rung it was judged at, and its own."""
+        if status is not Status.SUCCEEDED or value is None or len(measurements) != 1:
+            return None
+        return [float(v) for v in measurements[0].env.get("judged", ())][:len(self.rungs.lengths) - 1], float(value)
 
     def told(self, config: Config) -> float | None:
         """What the algorithm is told now of a stopped configuration (None: it is not one)."""
