@@ -15,8 +15,8 @@ A rung stops runs only while it would let the best whole runs through. A short r
 run's: on varmail (datasets/loop-storage-ts) the best configuration is 18th of 70 after 1 s and 15th after 3 s,
 first only from 10 s, and the configurations a search proposes late are the good ones, among which the first
 seconds rank worst. So the first ``burn_in`` runs go whole, and a rung stops a run only where the best ``guard``
-whole runs so far each stand in its best 1/eta, against the rung's record now. A rung that would have stopped the
-incumbent lets every run through, and is asked again as the record grows. Every whole run is told to the record with
+whole runs so far each stand in its best 1/eta, against the rung's record now. A rung that would have stopped one of
+them lets every run through, and is asked again as the record grows. Every whole run is told to the record with
 its value at each rung (``learn``). Plain ASHA trusts every rung from the first run, and stops exactly the runs
 whose first seconds mislead it.
 """
