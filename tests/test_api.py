@@ -208,8 +208,16 @@ def test_a_campaign_with_asha_over_rest_spends_its_device_seconds_and_shows_stop
         [m] = shown["measurements"]
         assert m["env"]["run_length_s"] in (1, 3) and len(m["series"]["ops_per_s"]) == m["env"]["run_length_s"]
         refused = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(table)},
-                                                  "eta": 2})
-        assert refused.status_code == 422 and "eta and min_run_s set the rungs of fidelity asha" in refused.text
+                                                  "guard": 0})
+        assert refused.status_code == 422 and "eta, min_run_s, burn_in and guard set the rungs of fidelity asha" in refused.text
+        refused = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(table)},
+                                                  "fidelity": "asha", "budget_s": 60, "burn_in": -1})
+        assert refused.status_code == 422 and "burn_in" in refused.text
+        plain = client.post("/campaigns", json={"runner": "dataset", "runner_settings": {"dataset": str(table)},
+                                                "fidelity": "asha", "budget_s": 60, "seed": 4, "burn_in": 0, "guard": 0})
+        assert plain.status_code == 201, plain.text
+        done = wait_for(client, f"/campaigns/{plain.json()['id']}", ("finished",))
+        assert (done["fidelity"]["burn_in"], done["fidelity"]["guard"]) == (0, 0)  # plain ASHA, recorded to resume so
 
 
 def test_tables_read_with_a_warning_say_so_in_the_response_that_created_the_run(sqlite_url, tmp_path):

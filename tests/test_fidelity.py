@@ -270,12 +270,15 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
                        (["--repeats", "2"], "one run per configuration"),
                        (["--budget-seconds", "5"], "a budget of 5 device-seconds cannot pay for one run of 9 s"),
                        (["--eta", "1"], "eta must be a number above 1"),
+                       (["--guard", "-1"], "burn_in (3) and guard (-1) count whole runs: 0 or more"),
                        (["--max-repeats", "3"], "does not combine with an objective over several metrics, repeats or "
                                                "adaptive repeats")):
         out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", *args, db=sqlite_url)
         assert out.returncode == 2 and said in " ".join(out.stderr.split()), (args, out.stderr)
-    out = run_cli("tune", "--dataset", str(table), "--eta", "2", db=sqlite_url)
-    assert out.returncode == 2 and "--eta and --min-run set the rungs of --fidelity asha" in out.stderr, out.stderr
+    for given in ("--eta", "--burn-in"):
+        out = run_cli("tune", "--dataset", str(table), given, "2", db=sqlite_url)
+        assert out.returncode == 2 and "--eta, --min-run, --burn-in and --guard set the rungs of --fidelity asha" \
+            in " ".join(out.stderr.split()), out.stderr
     assert "campaign" not in run_cli("campaigns", db=sqlite_url).stdout.lower().replace("no campaigns", "")
 
 

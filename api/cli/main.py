@@ -24,6 +24,7 @@ from storetune.api.fields import cli_terms
 from storetune.extras import MissingExtra
 from storetune.runners import RUNNERS, HostUnavailable, make_runner
 from storetune.runners.base import TableWarning
+from storetune.tuner.objectives.fidelity import BURN_IN, GUARD
 from storetune.tuner.objectives.objective import table_metric
 from storetune.search_spaces import format_config, list_spaces, load_space
 from storetune.tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
@@ -132,6 +133,10 @@ def tune(
     eta: Annotated[float, typer.Option(help="--fidelity asha: the factor between rungs; about one run in eta goes "
                                             "on past each.")] = 3.0,
     min_run: Annotated[float, typer.Option(help="--fidelity asha: the shortest rung, in seconds.")] = 1.0,
+    burn_in: Annotated[int, typer.Option(help="--fidelity asha: whole runs before a rung stops any (0 with --guard 0: "
+                                              "plain ASHA).")] = BURN_IN,
+    guard: Annotated[int, typer.Option(help="--fidelity asha: a rung stops runs only while the best this many whole "
+                                            "runs so far would pass it (0: always).")] = GUARD,
     race: Annotated[str, typer.Option(
         help="wilcoxon: with --repeats 5 or more, a configuration's runs race the best configuration's run by run, "
              "and its remaining runs are not taken once a Wilcoxon signed-rank test says it is worse (p < 0.1); "
@@ -163,8 +168,9 @@ def tune(
                             f"another campaign, start a new one (--warm-start same learns from its trials)")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, not {parallel}")
-    if fidelity != "asha" and (_given(ctx, "eta") or _given(ctx, "min_run")):
-        raise UserError("--eta and --min-run set the rungs of --fidelity asha: add --fidelity asha, or leave them out")
+    if fidelity != "asha" and any(_given(ctx, o) for o in ("eta", "min_run", "burn_in", "guard")):
+        raise UserError("--eta, --min-run, --burn-in and --guard set the rungs of --fidelity asha: add --fidelity asha, "
+                        "or leave them out")
     options = {**(runner_options or {}), "metric": table_metric(metric, objective) if runner == "dataset" else None}
     spec = None
     if resume is None or dry_run:
@@ -186,6 +192,8 @@ def tune(
             fidelity=fidelity,
             eta=eta,
             min_run_s=min_run,
+            burn_in=burn_in,
+            guard=guard,
             budget_s=budget_seconds,
             race=race,
         )

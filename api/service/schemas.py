@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from storetune.tuner.algorithms.registry import DEFAULT_ALGORITHM, SEARCH_ALGORITHMS
+from storetune.tuner.objectives.fidelity import BURN_IN, GUARD
 
 T = TypeVar("T")
 
@@ -61,6 +62,10 @@ class CampaignCreate(BaseModel):
         "the device runner with fio, a table with per-second series."))
     eta: float = Field(3.0, gt=1, le=100, description="fidelity asha: the factor between rungs.")
     min_run_s: float = Field(1.0, gt=0, description="fidelity asha: the shortest rung, in seconds.")
+    burn_in: int = Field(BURN_IN, ge=0, le=10_000, description=(
+        "fidelity asha: whole runs before a rung stops any (0 with guard 0: plain ASHA)."))
+    guard: int = Field(GUARD, ge=0, le=10_000, description=(
+        "fidelity asha: a rung stops runs only while the best this many whole runs so far would pass it (0: always)."))
     race: Literal["none", "wilcoxon"] = Field("none", description=(
         "wilcoxon: with repeats 5 or more, a configuration's runs race the best configuration's run by run, and the "
         "rest are not taken once a Wilcoxon signed-rank test says it is worse (p < 0.1)."))
@@ -70,9 +75,9 @@ class CampaignCreate(BaseModel):
 
     @model_validator(mode="after")
     def _rungs_need_asha(self) -> CampaignCreate:
-        if self.fidelity != "asha" and {"eta", "min_run_s"} & self.model_fields_set:
-            raise ValueError("eta and min_run_s set the rungs of fidelity asha: add \"fidelity\": \"asha\", or "
-                             "leave them out")
+        if self.fidelity != "asha" and {"eta", "min_run_s", "burn_in", "guard"} & self.model_fields_set:
+            raise ValueError("eta, min_run_s, burn_in and guard set the rungs of fidelity asha: add \"fidelity\": "
+                             "\"asha\", or leave them out")
         return self
 
 

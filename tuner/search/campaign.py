@@ -24,7 +24,7 @@ from storetune.tuner.analysis.summary import CampaignSummary, evaluations
 from storetune.tuner.execution.jobs import Executor, ExecutorLost
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.history.store import History
-from storetune.tuner.objectives.fidelity import FIDELITIES, RungError, Rungs, schedule, watchable
+from storetune.tuner.objectives.fidelity import BURN_IN, FIDELITIES, GUARD, RungError, Rungs, schedule, watchable
 from storetune.tuner.objectives.intensify import RepeatRace, check_max_repeats, check_race
 from storetune.tuner.history.memory import MemoryStore
 from storetune.tuner.search.loop import (
@@ -73,6 +73,8 @@ class CampaignSpec:
     fidelity: str = "none"
     eta: float = 3.0
     min_run_s: float = 1.0
+    burn_in: int = BURN_IN  # whole runs before a rung stops any (fidelity asha; 0 with guard 0: plain ASHA)
+    guard: int = GUARD  # a rung stops runs only while the best this many whole runs would pass it
     budget_s: float | None = None  # stop starting trials once the runs took this many device-seconds
     race: str = "none"  # "wilcoxon": a configuration's repeats race the incumbent's, and stop when they lose
 
@@ -396,7 +398,7 @@ def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiOb
     if isinstance(objective, MultiObjective) or spec.max_repeats is not None or spec.repeats != 1:
         raise ValueError("fidelity asha judges each run by one metric, one run per configuration: it does not combine "
                          "with an objective over several metrics, repeats or adaptive repeats (max_repeats)")
-    rungs = schedule(runner, spec.eta, spec.min_run_s, spec.budget_s)
+    rungs = schedule(runner, spec.eta, spec.min_run_s, spec.budget_s, spec.burn_in, spec.guard)
     watched = runner.watched_metrics()  # type: ignore[attr-defined]  # schedule refused any other runner
     if objective.metric not in watched:
         raise ValueError(f"fidelity asha judges runs by {objective.metric} as they go, and the {runner.name} runner "

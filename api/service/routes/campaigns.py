@@ -125,7 +125,8 @@ def create_campaign(body: CampaignCreate, svc: ServiceDep, response: Response) -
                         UNBOUNDED_EVALUATIONS,
                         seed=body.seed, repeats=body.repeats, max_repeats=body.max_repeats,
                         batch_size=body.parallel, warm_start=body.warm_start, fixed={k: str(v) for k, v in body.fix.items()},
-                        fidelity=body.fidelity, eta=body.eta, min_run_s=body.min_run_s, budget_s=body.budget_s,
+                        fidelity=body.fidelity, eta=body.eta, min_run_s=body.min_run_s, burn_in=body.burn_in,
+                        guard=body.guard, budget_s=body.budget_s,
                         race=body.race)
     try:
         campaign = Campaign.create(svc.history, spec, runner=runner, origin="api", state="queued",
