@@ -1,5 +1,5 @@
 """The service on a Ray cluster, with real processes: `storetune serve` with RAY_ADDRESS at a head and a worker
-node started with `ray start` on 127.0.0.1 (tests/test_ray.py's ``Cluster``). Its campaigns' trials are Ray
+node started with `ray start` on 127.0.0.1 (tests/ray_cluster.py). Its campaigns' trials are Ray
 tasks on both nodes; GET /cluster shows the nodes and what a campaign holds; a worker node killed, the head
 lost and the service restarted mid-campaign each lose nothing; a resource no node has, a class of disk none
 advertises and an unreachable head are refused with the reason.
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from test_api_restart import Service
-from test_ray import Cluster, free_port, slow_benchmark
+from ray_cluster import Cluster, free_port
+from test_ray import slow_benchmark
 
 pytestmark = pytest.mark.slow
 
