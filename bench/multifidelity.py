@@ -62,6 +62,7 @@ class Task:
     setups: tuple[float, ...] = (0.0,)  # what each run costs the device besides its timed seconds
     burn_in: int = 0  # auto+asha's rungs: whole runs before any stops one, and the best whole runs they must pass
     guard: int = 0
+    max_repeats: int | None = None  # auto+asha: a finalist's whole runs (adaptive repeats, the second fidelity)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -81,9 +82,11 @@ class Step:
     failed) and whether its configuration is near-optimal. A setup's figures are read off the trajectory
     (``Trajectory.under``): the contestant's choices do not depend on what a run costs, only where it stops."""
     lengths: tuple[float, ...]
-    value: float | None
+    value: float | None  # a re-measured trial's: the mean of its whole runs so far
     target: bool
     stopped: bool = False
+    trial: int | None = None  # the trial's number (None: each step is its own trial)
+    remeasured: bool = False  # the step measured an earlier trial again (adaptive repeats)
 
 
 @dataclass
@@ -102,21 +105,27 @@ class Run:
 def replay(task: Task, steps: Sequence[Step], setup_s: float) -> Run:
     """A trajectory's figures with ``setup_s`` a run: a trial starts while the budget is not spent, as
     `tune --budget-seconds` spends it; the cost is the device-seconds spent when a near-optimal configuration was
-    first measured whole; the reported best is the best whole trial within the budget."""
-    budget, spent, hit, evaluations, stopped, whole = task.budget_for(setup_s), 0.0, None, 0, 0, []
-    for step in steps:
+    first measured whole; the reported best is the campaign's: the best whole trial within the budget, among those
+    measured the most times where finalists were measured again (``analysis.best_trial``'s rule)."""
+    budget, spent, hit, evaluations, stopped = task.budget_for(setup_s), 0.0, None, 0, 0
+    whole: dict[int, tuple[int, float, bool]] = {}  # trial: (whole runs, value, near-optimal)
+    for i, step in enumerate(steps):
         if spent >= budget:
             break
         evaluations += 1
         spent += sum(length + setup_s for length in step.lengths)
         stopped += step.stopped
         if step.value is not None:
-            whole.append(step)
+            trial = i if step.trial is None else step.trial
+            runs = whole[trial][0] + 1 if step.remeasured and trial in whole else 1
+            whole[trial] = (runs, step.value, step.target)
             if hit is None and step.target:
                 hit = spent
-    best = (max if task.direction == "max" else min)(whole, key=lambda s: s.value) if whole else None
+    most = max((runs for runs, _, _ in whole.values()), default=0)
+    finalists = [(value, target) for runs, value, target in whole.values() if runs == most]
+    best = (max if task.direction == "max" else min)(finalists, key=lambda f: f[0]) if finalists else None
     return Run(task.workload, task.contestant, task.seed, hit, spent, evaluations,
-               best is not None and best.target, stopped)
+               best is not None and best[1], stopped)
 
 
 def run_task(task: Task) -> dict[float, Run]:
@@ -152,17 +161,19 @@ def _ours(task: Task, runner: Any) -> list[Step]:
 
     def on_trial(result: TrialResult) -> None:  # device-seconds as they are spent (a trial's run lengths)
         trial = store.trials(measurements=True)[result.number]
-        lengths = tuple(m.env.get("run_length_s", m.duration_s) for m in trial.measurements or ())
+        runs = list(trial.measurements or ())[-1:] if result.remeasured else list(trial.measurements or ())
+        lengths = tuple(m.env.get("run_length_s", m.duration_s) for m in runs)  # this evaluation's runs only
         whole = trial.status == "SUCCEEDED" and trial.value is not None
         steps.append(Step(lengths, trial.value if whole else None, Config(result.config) in task.targets,
-                          trial.status == "STOPPED"))
+                          trial.status == "STOPPED", result.number, result.remeasured))
         for s in spent:
             spent[s] += sum(length + s for length in lengths)
 
     # the budget as `tune --budget-seconds` spends it (no trial starts once it is spent), under every setup
     run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective(task.metric, task.direction),
              store=store, budget=10**6, repeats=1, batch_size=1, seed=task.seed, on_trial=on_trial,
-             fidelity=rungs, stop=lambda: task.spent_all(spent))
+             fidelity=rungs, max_repeats=task.max_repeats if rungs is not None else None,
+             stop=lambda: task.spent_all(spent))
     return steps
 
 
@@ -386,6 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "run (tune's default).")
     parser.add_argument("--guard", type=int, default=GUARD, help="auto+asha: a rung stops runs only while the best "
                         "this many whole runs would pass it (tune's default; 0: plain ASHA).")
+    parser.add_argument("--max-repeats", type=int, default=None, help="auto+asha: measure a whole run that looks "
+                        "better than the incumbent again, whole, up to this many runs (tune --max-repeats; the "
+                        "reported best is then the best mean of the most-measured). Default: one run each.")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
                         "(default: the share rule of bench/compare_algorithms.py, 0.1%% to 1%% of the table, at least one)")
     parser.add_argument("--setup-s", default="0", help="Device-seconds each run costs besides its timed "
@@ -443,9 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for contestant in args.contestants.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 tasks.append(Task(dataset, workload, contestant, seed, budget_s, args.eta, args.min_run, args.metric,
-                                  direction, targets, args.budget_runs, full, setups, args.burn_in, args.guard))
+                                  direction, targets, args.budget_runs, full, setups, args.burn_in, args.guard,
+                                  args.max_repeats if contestant == "auto+asha" else None))
     cache = Cache(args.cache, {"dataset": dataset, "metric": args.metric, "eta": args.eta, "min_run_s": args.min_run,
-                               "burn_in": args.burn_in, "guard": args.guard,
+                               "burn_in": args.burn_in, "guard": args.guard, "max_repeats": args.max_repeats,
                                "budget_runs": args.budget_runs, "setups": list(setups), "within": args.within,
                                "code": code_fingerprint(MEASURING)}) if args.cache else None
     runs = [cache.done[t.key] for t in tasks if t.key in cache.done] if cache else []
@@ -474,7 +489,7 @@ def figures_for(setup: float, runs: Sequence[dict[float, Run]], per_workload: di
     """The JSON object for one setup: per workload and contestant, and the headline keys."""
     result: dict[str, Any] = {"dataset": args.dataset, "seeds": args.seeds, "first_seed": args.first_seed,
                               "eta": args.eta, "min_run_s": args.min_run, "burn_in": args.burn_in,
-                              "guard": args.guard, "setup_s": setup,
+                              "guard": args.guard, "max_repeats": args.max_repeats, "setup_s": setup,
                               "budget_runs": args.budget_runs, "workloads": {}}
     for workload, base in per_workload.items():
         info = {**base, "budget_s": args.budget_runs * (base["run_s"] + setup)}

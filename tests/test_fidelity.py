@@ -154,7 +154,7 @@ def test_fio_s_reports_each_second_are_read_line_by_line_and_the_last_is_the_run
         FioProgress(lambda s, o: True).last()
 
 
-def _series_table(path, seed=0):
+def _series_table(path, seed=0, repeats=1):
     """A replayed table of 60 configurations whose per-second series start with a burst (a page cache filling)
     that says little of the steady rate: the rate is the configuration's, plus noise."""
     rng = np.random.default_rng(seed)
@@ -162,9 +162,11 @@ def _series_table(path, seed=0):
     for a in range(10):
         for b in range(6):
             rate = 1000 - 40 * (a - 6) ** 2 - 25 * (b - 2) ** 2
-            burst = rng.uniform(0, 3000)
-            series = [rate + burst if t == 0 else rate * rng.normal(1, 0.02) for t in range(9)]
-            lines.append(f"{a},{b},0,SUCCEEDED,,{np.mean(series):.3f},{' '.join(f'{v:.3f}' for v in series)}")
+            for repeat in range(repeats):
+                burst = rng.uniform(0, 3000)
+                series = [rate + burst if t == 0 else rate * rng.normal(1, 0.02) for t in range(9)]
+                lines.append(f"{a},{b},{repeat},SUCCEEDED,,{np.mean(series):.3f},"
+                             f"{' '.join(f'{v:.3f}' for v in series)}")
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -270,9 +272,7 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
                        (["--repeats", "2"], "one run per configuration"),
                        (["--budget-seconds", "5"], "a budget of 5 device-seconds cannot pay for one run of 9 s"),
                        (["--eta", "1"], "eta must be a number above 1"),
-                       (["--guard", "-1"], "burn_in (3) and guard (-1) count whole runs: 0 or more"),
-                       (["--max-repeats", "3"], "does not combine with an objective over several metrics, repeats or "
-                                               "adaptive repeats")):
+                       (["--guard", "-1"], "burn_in (3) and guard (-1) count whole runs: 0 or more")):
         out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", *args, db=sqlite_url)
         assert out.returncode == 2 and said in " ".join(out.stderr.split()), (args, out.stderr)
     for given in ("--eta", "--burn-in"):
@@ -280,6 +280,34 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
         assert out.returncode == 2 and "--eta, --min-run, --burn-in and --guard set the rungs of --fidelity asha" \
             in " ".join(out.stderr.split()), out.stderr
     assert "campaign" not in run_cli("campaigns", db=sqlite_url).stdout.lower().replace("no campaigns", "")
+
+
+def test_asha_with_max_repeats_measures_the_finalists_again_whole_and_reports_the_best_mean(sqlite_url, tmp_path):
+    """Repeats as the second fidelity: a whole run that looks better than the incumbent is measured again, whole and
+    unjudged; each re-measurement is an evaluation; the best is the best mean of the most-measured; the rungs learn
+    each trial's first run once, on a resume as well."""
+    import json
+
+    from conftest import run_cli
+    from storetune.runners import Status
+    from storetune.tuner.history.store import History
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import Shortened, run_seconds
+
+    table = _series_table(tmp_path / "measurements.csv", seed=5, repeats=2)
+    out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", "--max-repeats", "2", "--budget", "30",
+                  "--seed", "2", "--json", db=sqlite_url, check=True)
+    summary = json.loads(out.stdout.splitlines()[-1])
+    trials = History(sqlite_url).trials(summary["campaign"], measurements=True)
+    again = [t for t in trials if len(t.measurements) == 2]
+    assert again and all(t.status == "SUCCEEDED" for t in again)
+    assert all(run_seconds([m]) == 9 for t in again for m in t.measurements)  # whole runs, device-seconds counted
+    assert all("judged" not in t.measurements[1].env for t in again)  # measured whole, no rung judged it
+    assert all(len(t.measurements) == 1 for t in trials if t.status == "STOPPED")
+    assert len(trials) + len(again) == 30  # each re-measurement one evaluation of the budget
+    assert summary["best_runs"] == 2 and summary["best_value"] == max(t.value for t in again)  # not a lucky one-run
+    short = Shortened(Rungs((1, 3, 9)), Objective("ops_per_s", "max"), trials)
+    assert len(short.wholes) == sum(t.status == Status.SUCCEEDED.value for t in trials)  # first runs, once each
 
 
 def test_a_resumed_campaign_rebuilds_the_rung_record_and_what_stopped_runs_were_told(sqlite_url, tmp_path):
@@ -501,3 +529,27 @@ def test_best_rank_says_where_the_best_whole_run_ranks_on_its_first_seconds(tmp_
     runner = multifidelity.runner_for(str(folder / "measurements.csv"), "fileserver", "ops_per_s")
     assert multifidelity.best_rank(runner, "ops_per_s", "max") == {"1": 3, "3": 3, "10": 2}
     assert multifidelity.best_rank(runner, "ops_per_s", "max", lengths=(30,)) == {"30": 1}
+
+
+def test_the_bench_reports_the_best_mean_of_the_most_measured_where_finalists_were_measured_again():
+    """With --max-repeats, a lucky first run is not the reported best: the bench reads the campaign's rule (the best
+    among the trials measured the most times), and a re-measurement costs its own run, not the trial's first again."""
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import multifidelity
+    from multifidelity import Step, Task
+
+    task = Task("d", "varmail", "auto+asha", 0, 300, 3.0, 1.0, "ops_per_s", "max", frozenset(), budget_runs=10,
+                full_s=30, max_repeats=2)
+    steps = [Step((30,), 100.0, True, trial=0), Step((30,), 120.0, False, trial=1),
+             Step((30,), 102.0, False, trial=1, remeasured=True),  # trial 1's two runs: mean 102, lucky once
+             Step((1,), None, False, stopped=True, trial=2),
+             Step((30,), 105.0, True, trial=0, remeasured=True),  # trial 0: 105 over two runs, the best measured twice
+             Step((30,), 130.0, False, trial=3)]  # best once, but not confirmed
+    run = multifidelity.replay(task, steps, 0.0)
+    assert run.reported_near_optimal and run.spent_s == 151 and run.evaluations == 6 and run.hit_s == 30
+    run = multifidelity.replay(task, steps[:2], 0.0)  # one run each: the best single run
+    assert not run.reported_near_optimal

@@ -395,9 +395,9 @@ def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiOb
         if spec.race != "none":
             return {"kind": "none", "budget_s": spec.budget_s, "race": spec.race}
         return None if spec.budget_s is None else {"kind": "none", "budget_s": spec.budget_s}
-    if isinstance(objective, MultiObjective) or spec.max_repeats is not None or spec.repeats != 1:
-        raise ValueError("fidelity asha judges each run by one metric, one run per configuration: it does not combine "
-                         "with an objective over several metrics, repeats or adaptive repeats (max_repeats)")
+    if isinstance(objective, MultiObjective) or spec.repeats != 1:
+        raise ValueError("fidelity asha judges each run by one metric, one run per configuration (max_repeats measures "
+                         "the finalists again): it does not combine with an objective over several metrics or repeats")
     rungs = schedule(runner, spec.eta, spec.min_run_s, spec.budget_s, spec.burn_in, spec.guard)
     watched = runner.watched_metrics()  # type: ignore[attr-defined]  # schedule refused any other runner
     if objective.metric not in watched:

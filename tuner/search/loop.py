@@ -108,16 +108,18 @@ def run_loop(
     against the others' and stopped short where it is not in their best 1/eta: the trial is STOPPED, and the
     algorithm is told its value at the rung, never better than the worst full-length run (``told_value``).
     ``budget_s`` stops starting trials once the runs have taken that many device-seconds (run lengths), with
-    ``device_s`` taken already (a resume's).
+    ``device_s`` taken already (a resume's). With ``max_repeats`` as well, repeats are the second fidelity: a whole
+    run that looks better than the incumbent is measured again, whole, as adaptive repeats do, so the reported best
+    rests on more than one run's noise.
 
     With ``race`` (repeats as a fidelity), a configuration's repeats race the incumbent's run by run in the worker,
     and stop where a Wilcoxon signed-rank test says it is worse: its trial keeps the runs it took, and says why."""
     executor = executor or LocalExecutor()
     outcome = LoopOutcome(evaluated, device_s=device_s)
     queue = list(queue)
-    if fidelity is not None and (max_repeats is not None or repeats != 1 or not isinstance(objective, Objective)):
+    if fidelity is not None and (repeats != 1 or not isinstance(objective, Objective)):
         raise ValueError("multi-fidelity search judges runs by one metric, one run each: it does not combine with "
-                         "repeats, adaptive repeats or an objective over several metrics")
+                         "repeats or an objective over several metrics")
     races = None if max_repeats is None else _Races(objective, max_repeats, finished)
     tuner.reserve([Config(t.config) for t in queue])  # measured from the queue: never asked for again
     short = None if fidelity is None else Shortened(fidelity, objective, finished)  # type: ignore[arg-type]
@@ -214,7 +216,8 @@ def run_loop(
                 if host_error is None:
                     host_error = board_lost(e)
                     stream.drop_queued()
-        elif short is not None and board is not None and (whole := short.whole_run(status, value, measurements)):
+        elif (short is not None and board is not None and not job.first_repeat
+              and (whole := short.whole_run(status, measurements))):
             try:  # a whole run: the rungs learn whether they would have stopped it
                 board.learn(*whole)  # type: ignore[union-attr]
             except Exception as e:
@@ -224,7 +227,7 @@ def run_loop(
         store.finish_trial(job.trial_id, status, value, reason)
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
         told, told_status, again = value, status, []
-        if short is not None:  # a stopped run: how bad, never that it beat a whole run
+        if short is not None and not job.first_repeat:  # a stopped run: how bad, never that it beat a whole run
             told, told_status, again = short.finished(job.config, status, value, measurements)
         started = time.perf_counter()
         if job.first_repeat:
@@ -302,19 +305,23 @@ class Shortened:
             for m in measurements:
                 for k, v in enumerate(m.env.get("judged", ())[:len(self.recorded)]):
                     self.recorded[k].append(float(v))
-            if whole := self.whole_run(Status(t.status), t.value, measurements):
+            if whole := self.whole_run(Status(t.status), measurements):
                 self.wholes.append(whole)
             self.finished(Config(t.config), Status(t.status), t.value, measurements)
 
     def halving(self) -> SuccessiveHalving:
         return SuccessiveHalving(self.rungs, self.direction, self.recorded, self.wholes)  # type: ignore[arg-type]
 
-    def whole_run(self, status: Status, value: float | None, measurements: Sequence[Measurement]
-                  ) -> tuple[list[float], float] | None:
-        """A run measured whole, as the board learns it: its value at each rung it was judged at, and its own."""
-        if status is not Status.SUCCEEDED or value is None or len(measurements) != 1:
+    def whole_run(self, status: Status, measurements: Sequence[Measurement]) -> tuple[list[float], float] | None:
+        """A trial's first run, measured whole, as the board learns it: its value at each rung it was judged at, and
+        its own (a finalist's later runs, adaptive repeats, are whole runs no rung judged)."""
+        if status is not Status.SUCCEEDED or not measurements or self.metric not in measurements[0].metrics:
             return None
-        return [float(v) for v in measurements[0].env.get("judged", ())][:len(self.rungs.lengths) - 1], float(value)
+        first = measurements[0]
+        value = float(first.metrics[self.metric])
+        if not np.isfinite(value):
+            return None
+        return [float(v) for v in first.env.get("judged", ())][:len(self.rungs.lengths) - 1], value
 
     def told(self, config: Config) -> float | None:
         """What the algorithm is told now of a stopped configuration (None: it is not one)."""
