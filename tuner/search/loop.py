@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -207,20 +208,19 @@ def run_loop(
         status, value, reason = objective.outcome(measurements)
         if status is Status.STOPPED and fidelity is not None:
             reason = fidelity.stop_reason(int(measurements[-1].env["stopped_at_rung"]))
+        told_board = None  # what the board learns of a finished job: an incumbent's runs, or a whole run's rungs
         if status is Status.SUCCEEDED and measurements and "raced_out" in measurements[-1].env:
             reason = str(measurements[-1].env["raced_out"])
         elif race is not None and board is not None and status is Status.SUCCEEDED and len(measurements) == repeats:
-            try:
-                board.offer([m.metrics[objective.metric] for m in measurements])  # type: ignore[union-attr,attr-defined]
-            except Exception as e:  # its manager or actor is gone: as a busy host, the campaign stops, resumable
-                if host_error is None:
-                    host_error = board_lost(e)
-                    stream.drop_queued()
+            runs = [m.metrics[objective.metric] for m in measurements]  # type: ignore[union-attr]  # one metric
+            told_board = partial(board.offer, runs)  # type: ignore[union-attr,attr-defined]
         elif (short is not None and board is not None and not job.first_repeat
               and (whole := short.whole_run(status, measurements))):
-            try:  # a whole run: the rungs learn whether they would have stopped it
-                board.learn(*whole)  # type: ignore[union-attr]
-            except Exception as e:
+            told_board = partial(board.learn, *whole)  # type: ignore[union-attr]  # would the rungs have stopped it
+        if told_board is not None:
+            try:
+                told_board()
+            except Exception as e:  # its manager or actor is gone: as a busy host, the campaign stops, resumable
                 if host_error is None:
                     host_error = board_lost(e)
                     stream.drop_queued()
