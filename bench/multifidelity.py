@@ -107,8 +107,11 @@ def replay(task: Task, steps: Sequence[Step], setup_s: float) -> Run:
     `tune --budget-seconds` spends it; the cost is the device-seconds spent when a near-optimal configuration was
     first measured whole; the reported best is the campaign's: the best whole trial within the budget, among those
     measured the most times where finalists were measured again (``analysis.best_trial``'s rule)."""
+    from storetune.tuner.objectives.intensify import Standing, incumbent
+
     budget, spent, hit, evaluations, stopped = task.budget_for(setup_s), 0.0, None, 0, 0
-    whole: dict[int, tuple[int, float, bool]] = {}  # trial: (whole runs, value, near-optimal)
+    whole: dict[int, Standing] = {}  # each trial measured whole: its whole runs and value so far
+    target: dict[int, bool] = {}
     for i, step in enumerate(steps):
         if spent >= budget:
             break
@@ -117,15 +120,13 @@ def replay(task: Task, steps: Sequence[Step], setup_s: float) -> Run:
         stopped += step.stopped
         if step.value is not None:
             trial = i if step.trial is None else step.trial
-            runs = whole[trial][0] + 1 if step.remeasured and trial in whole else 1
-            whole[trial] = (runs, step.value, step.target)
+            runs = whole[trial].runs + 1 if step.remeasured and trial in whole else 1
+            whole[trial], target[trial] = Standing(trial, runs, step.value), step.target
             if hit is None and step.target:
                 hit = spent
-    most = max((runs for runs, _, _ in whole.values()), default=0)
-    finalists = [(value, target) for runs, value, target in whole.values() if runs == most]
-    best = (max if task.direction == "max" else min)(finalists, key=lambda f: f[0]) if finalists else None
+    best = incumbent(whole.values(), task.direction)
     return Run(task.workload, task.contestant, task.seed, hit, spent, evaluations,
-               best is not None and best[1], stopped)
+               best is not None and target[best.trial], stopped)
 
 
 def run_task(task: Task) -> dict[float, Run]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
