@@ -24,7 +24,7 @@ from storetune.tuner import History
 from storetune.tuner.history.models import Base
 from storetune.tuner.history.schema import MIGRATIONS, SchemaError, make_engine, schema_revision, upgrade_schema
 
-HEAD = "0011"
+HEAD = "0012"
 OPENERS = 4
 ROUNDS = 12  # the WAL switch failed about one round in 40 before it was retried: 12 rounds of 4 catch it often
 
@@ -199,5 +199,37 @@ def test_upgrading_to_adaptive_repeats_counts_the_runs_trials_already_have(histo
     trials = history.trials(campaign_id, measurements=True)
     assert [t.runs for t in trials] == [len(t.measurements) for t in trials] == [3] * 4
     assert history.campaign(campaign_id).max_repeats is None
+    history.close()
+    engine.dispose()
+
+
+def test_upgrading_to_short_runs_counts_each_trial_s_runs_stopped_at_a_rung(history_url: str, tmp_path: Path):
+    """A history whose ASHA campaign promoted stopped runs, from before trials counted their short runs: the upgrade
+    counts them from the measurements, so the most-measured rule counts whole runs at once."""
+    from test_fidelity import _series_table
+
+    from storetune.tuner import Campaign, CampaignSpec
+
+    history = History(history_url)
+    spec = CampaignSpec(runner="dataset", runner_settings={"dataset": [str(_series_table(tmp_path / "t.csv"))]},
+                        fidelity="asha", burn_in=0, guard=0, budget=90, seed=3)
+    campaign_id = Campaign.create(history, spec).id
+    Campaign.resume(history, campaign_id).run()
+    history.close()
+    engine = make_engine(history_url)
+    with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
+        config = alembic.config.Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        alembic.command.downgrade(config, "0011")
+        connection.commit()
+    assert f"schema revision 0011 -> {HEAD}" in run_cli("db", "upgrade", db=history_url, check=True).stdout
+    history = History(history_url, migrate=False)
+    trials = history.trials(campaign_id, measurements=True)
+    assert any(t.short_runs and t.status == "SUCCEEDED" for t in trials)
+    assert [t.short_runs for t in trials] == [sum(m.status == "STOPPED" for m in t.measurements) for t in trials]
     history.close()
     engine.dispose()

@@ -30,9 +30,9 @@ def best_trial(trials: Sequence[TrialView], direction: str, most_measured: bool 
     scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
     if not scored:
         return None
-    if most_measured:
-        most = max(t.runs for t in scored)
-        scored = [t for t in scored if t.runs == most]
+    if most_measured:  # whole runs: a promoted trial's run stopped at a rung is not one of its value's
+        most = max(t.whole_runs for t in scored)
+        scored = [t for t in scored if t.whole_runs == most]
     return min(scored, key=lambda t: (to_loss(t.value, direction), t.number))
 
 
@@ -101,7 +101,7 @@ class CampaignSummary:
             database=database,
             test_value=held_out(best, record.objective_metric),
             measurements=sum(t.runs for t in trials),
-            best_runs=best.runs if best else None,
+            best_runs=best.whole_runs if best else None,
             pinned=pins(record),
             **front,
         )

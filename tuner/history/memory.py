@@ -50,7 +50,8 @@ class MemoryStore:
     def add_measurement(self, trial_id: int, repeat: int, m: Measurement) -> None:
         t = self._trials[trial_id - 1]
         t.measurements.append(MeasurementView.of_measurement(repeat, m))
-        t.view = dataclasses.replace(t.view, runs=t.view.runs + 1)
+        t.view = dataclasses.replace(t.view, runs=t.view.runs + 1,
+                                     short_runs=t.view.short_runs + (m.status is Status.STOPPED))
 
     def finish_trial(self, trial_id: int, status: Status, value: float | None, reason: str | None) -> None:
         self._update(trial_id, status=status.value, value=value, reason=reason)

@@ -109,6 +109,7 @@ class TrialRecord(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     value: Mapped[float | None] = mapped_column(Float)  # the objective, aggregated over repeats
     runs: Mapped[int] = mapped_column(default=0, server_default="0")  # measurements taken (repeats + re-measurements)
+    short_runs: Mapped[int] = mapped_column(default=0, server_default="0")  # of them, runs stopped at a rung
     seed: Mapped[int] = mapped_column(BigInteger)
     retry_of: Mapped[int | None] = mapped_column(ForeignKey("trials.id"))  # the STALE trial this re-runs
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -253,7 +253,8 @@ class History(ComparisonRecords):
             s.flush()
             rows = [
                 dict(campaign_id=record.id, number=t.number, config=t.config, config_hash=t.config_hash,
-                     status=t.status, reason=t.reason, value=t.value, seed=t.seed, runs=t.runs)
+                     status=t.status, reason=t.reason, value=t.value, seed=t.seed, runs=t.runs,
+                     short_runs=t.short_runs)
                 for t in trials
             ]
             if rows:
@@ -315,7 +316,8 @@ class History(ComparisonRecords):
         value = TrialRecord.value if direction == "min" else TrialRecord.value.desc()
         scored = (TrialRecord.campaign_id == campaign_id, TrialRecord.status == Status.SUCCEEDED.value,
                   TrialRecord.value.is_not(None))
-        most = (TrialRecord.runs == select(func.max(TrialRecord.runs)).where(*scored).scalar_subquery(),) \
+        whole = TrialRecord.runs - TrialRecord.short_runs
+        most = (whole == select(func.max(whole)).where(*scored).scalar_subquery(),) \
             if most_measured else ()
         query = (select(TrialRecord).where(*scored, *most)
                  .order_by(value, TrialRecord.number).limit(1).options(selectinload(TrialRecord.measurements)))
@@ -420,7 +422,8 @@ class History(ComparisonRecords):
             if retry and s.scalar(select(MeasurementRecord.id).where(MeasurementRecord.trial_id == trial_id,
                                                                       MeasurementRecord.repeat == repeat)):
                 return
-            s.execute(update(TrialRecord).where(TrialRecord.id == trial_id).values(runs=TrialRecord.runs + 1))
+            s.execute(update(TrialRecord).where(TrialRecord.id == trial_id).values(
+                runs=TrialRecord.runs + 1, short_runs=TrialRecord.short_runs + int(m.status is Status.STOPPED)))
             s.add(
                 MeasurementRecord(
                     trial_id=trial_id,

@@ -57,6 +57,7 @@ class TrialView:
     seed: int
     retry_of: int | None = None
     runs: int = 0  # measurements taken: the repeats, and any re-measurements of adaptive repeats
+    short_runs: int = 0  # of them, runs stopped at a rung (multi-fidelity search): no whole run's measurement
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -65,6 +66,11 @@ class TrialView:
     @property
     def terminal(self) -> bool:
         return Status(self.status).terminal
+
+    @property
+    def whole_runs(self) -> int:
+        """The runs its value is the mean of, once it succeeded (``objective.whole_runs``)."""
+        return self.runs - self.short_runs
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ from storetune.search_spaces.status import better
 from storetune.tuner.history.views import TrialView
 
 
+def whole_runs(measurements: Sequence[Measurement]) -> list[Measurement]:
+    """The runs a trial's value is the mean of: a run stopped at a rung (multi-fidelity search) says how its first
+    seconds went, not what a whole run measures, and is left out once the trial was measured whole after it."""
+    return [m for m in measurements if m.status is not Status.STOPPED]
+
+
 @dataclass(frozen=True)
 class Objective:
     metric: str
@@ -42,12 +48,13 @@ class Objective:
         return cls(metric, direction)  # type: ignore[arg-type]
 
     def outcome(self, measurements: Sequence[Measurement]) -> tuple[Status, float | None, str | None]:
-        """A trial's status, value (the mean over its repeats) and reason, from its measurements."""
+        """A trial's status, value (the mean over its whole runs) and reason, from its measurements."""
         if not measurements:
             return Status.FAILED, None, "no measurement was taken"
         last = measurements[-1]
         if last.status is not Status.SUCCEEDED:
             return last.status, None, last.reason
+        measurements = whole_runs(measurements)
         missing = [m for m in measurements if self.metric not in m.metrics]
         if missing:
             reported = ", ".join(missing[0].metrics) or "nothing"
@@ -176,6 +183,7 @@ class MultiObjective:
         last = measurements[-1]
         if last.status is not Status.SUCCEEDED:
             return last.status, None, last.reason
+        measurements = whole_runs(measurements)
         out = {}
         for metric in self.metrics:
             missing = [m for m in measurements if metric not in m.metrics]
@@ -242,8 +250,8 @@ class MultiObjective:
         of it the best on the second, and so on (read from the trials' measurements)."""
         scored = [t for t in trials if t.status == Status.SUCCEEDED.value and t.value is not None]
         if most_measured and scored:
-            most = max(t.runs for t in scored)
-            scored = [t for t in scored if t.runs == most]
+            most = max(t.whole_runs for t in scored)
+            scored = [t for t in scored if t.whole_runs == most]
         if self.kind != "rank" or not scored or any(t.measurements is None for t in scored):
             return max(scored, key=lambda t: (t.value, -t.number)) if scored else None
         candidates = [(t, trial_means(t, self.metrics)) for t in scored]

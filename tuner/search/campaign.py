@@ -173,17 +173,19 @@ class Campaign:
                 raise InvalidSpec(field, f"the {name} must be at least 1, not {value}")
         checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
         size = runner.space.cardinality() if runner.space.finite else None
-        if size is not None and spec.budget > size and spec.budget_s is None:  # with device-seconds: capped at create
+        each = _evaluations_each(spec)
+        if size is not None and spec.budget > size * each and spec.budget_s is None:  # device-seconds: capped at create
             pins = f" with {', '.join(f'{k}={v}' for k, v in spec.fixed.items())}" if spec.fixed else ""
-            raise InvalidSpec("budget",
-                              f"a budget of {spec.budget} is more than the {size} configurations of "
-                              f"{runner.space.name}{pins}; use a budget of {size} or less")
+            most = f"{size} configurations of {runner.space.name}{pins}"
+            raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {most}"
+                                        + (f" can take ({each} evaluations each)" if each > 1 else "")
+                                        + f"; use a budget of {size * each} or less")
         tuner = checked("algorithm_params", lambda: make_tuner(algorithm, runner.space, seed=spec.seed,
                                                                direction=objective.direction,
                                                                params=spec.algorithm_params))
         if (capacity := tuner.capacity()) is not None:  # a fixed set of configurations (grid)
             held, why = capacity
-            if spec.budget > held and spec.budget_s is None:  # with device-seconds: capped at create
+            if spec.budget > held * _evaluations_each(spec) and spec.budget_s is None:  # device-seconds: capped
                 raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
                                             f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
                                             "its hyperparameter per_stratum")
@@ -369,10 +371,16 @@ def _capped(spec: CampaignSpec, runner: Runner, tuner: Tuner) -> int:
     budget = spec.budget
     if spec.budget_s is not None:
         if runner.space.finite:
-            budget = min(budget, runner.space.cardinality())
+            budget = min(budget, runner.space.cardinality() * _evaluations_each(spec))
         if (capacity := tuner.capacity()) is not None:
-            budget = min(budget, capacity[0])
+            budget = min(budget, capacity[0] * _evaluations_each(spec))
     return budget
+
+
+def _evaluations_each(spec: CampaignSpec) -> int:
+    """The most evaluations one configuration can take: its first, the adaptive re-measurements up to
+    ``max_repeats``, and with ASHA the whole run of a stopped one, promoted once the space is exhausted."""
+    return 1 + max(0, (spec.max_repeats or spec.repeats) - spec.repeats) + (spec.fidelity == "asha")
 
 
 def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiObjective) -> dict[str, Any] | None:

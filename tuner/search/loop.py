@@ -21,7 +21,7 @@ from storetune.tuner.execution.jobs import Executor, Job, board_lost, repeat_see
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.objectives.fidelity import Rungs, SuccessiveHalving, told_value
 from storetune.tuner.objectives.intensify import RepeatRace, Standing, incumbent, next_remeasure
-from storetune.tuner.objectives.objective import MultiObjective, Objective
+from storetune.tuner.objectives.objective import MultiObjective, Objective, whole_runs
 from storetune.tuner.history.views import TrialStore, TrialView
 
 
@@ -141,9 +141,10 @@ def run_loop(
     ask_share: dict[int, float] = {}
     exhausted = False
     host_error: HostUnavailable | None = None
+    promoted: set[int] = set()  # stopped trials being measured whole, once the space is exhausted
     while True:
         starting: list[TrialView] = []
-        while (host_error is None and not (outcome.stopped or exhausted)
+        while (host_error is None and not outcome.stopped
                and len(in_flight) + len(starting) < batch_size
                and outcome.evaluated + len(in_flight) + len(starting) < budget
                and (budget_s is None or outcome.device_s < budget_s)
@@ -156,26 +157,32 @@ def run_loop(
             if again is not None:  # a re-measurement: the trial keeps its state and counts one evaluation
                 starting.append(again)
                 continue
-            if not queue:
+            if not queue and not exhausted:
                 room = min(batch_size - len(in_flight) - len(starting),
                            budget - outcome.evaluated - len(in_flight) - len(starting))
                 started = time.perf_counter()
                 configs = tuner.ask(room)
-                if not configs:
-                    exhausted = True
+                exhausted = not configs
+                if configs:
+                    queue = list(store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs]))
+                    share = (time.perf_counter() - started) / len(configs)
+                    ask_share.update({t.id: share for t in queue})
+            if not queue:  # nothing new to measure: the most promising stopped run is measured whole
+                again = None if short is None else short.promote(busy=set(in_flight) | {t.id for t in starting})
+                if again is None:
                     break
-                queue = list(store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs]))
-                share = (time.perf_counter() - started) / len(configs)
-                ask_share.update({t.id: share for t in queue})
+                promoted.add(again.id)
+                starting.append(again)
+                continue
             starting.append(queue.pop(0))
         if starting:
-            fresh = [t for t in starting if races is None or not races.known(t.id)]
+            fresh = [t for t in starting if t.id not in promoted and (races is None or not races.known(t.id))]
             if fresh:
                 store.start_trials([t.id for t in fresh])
             for t in starting:
                 if on_start is not None:
                     on_start(t.number, Config(t.config))
-                done = 0 if races is None else races.runs(t.id)
+                done = races.runs(t.id) if races is not None else short.runs(t.id) if t.id in promoted else 0  # type: ignore[union-attr]
                 if done:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, done + 1)[done:], first_repeat=done)
                 elif fidelity is not None:
@@ -205,6 +212,8 @@ def run_loop(
         outcome.device_s += run_seconds(measurements)  # the job's own runs
         if races is not None:
             measurements = races.add(trial, measurements)
+        elif trial.id in promoted:
+            measurements = short.earlier(trial.id) + measurements  # type: ignore[union-attr]
         status, value, reason = objective.outcome(measurements)
         if status is Status.STOPPED and fidelity is not None:
             reason = fidelity.stop_reason(int(measurements[-1].env["stopped_at_rung"]))
@@ -214,8 +223,8 @@ def run_loop(
         elif race is not None and board is not None and status is Status.SUCCEEDED and len(measurements) == repeats:
             runs = [m.metrics[objective.metric] for m in measurements]  # type: ignore[union-attr]  # one metric
             told_board = partial(board.offer, runs)  # type: ignore[union-attr,attr-defined]
-        elif (short is not None and board is not None and not job.first_repeat
-              and (whole := short.whole_run(status, measurements))):
+        elif (short is not None and board is not None
+              and (whole := short.whole_run(status, measurements, job.first_repeat))):
             told_board = partial(board.learn, *whole)  # type: ignore[union-attr]  # would the rungs have stopped it
         if told_board is not None:
             try:
@@ -227,8 +236,11 @@ def run_loop(
         store.finish_trial(job.trial_id, status, value, reason)
         vector = objective.vector(measurements) if status is Status.SUCCEEDED else None
         told, told_status, again = value, status, []
-        if short is not None and not job.first_repeat:  # a stopped run: how bad, never that it beat a whole run
-            told, told_status, again = short.finished(job.config, status, value, measurements)
+        if short is not None and trial.id in promoted:  # a stopped run measured whole: told what it measured
+            promoted.discard(trial.id)
+            again = short.promoted(trial.id, status, value)
+        elif short is not None and not job.first_repeat:  # a stopped run: how bad, never that it beat a whole run
+            told, told_status, again = short.finished(job.config, status, value, measurements, trial)
         started = time.perf_counter()
         if job.first_repeat:
             tuner.retell(job.config, told, told_status, vector)
@@ -292,7 +304,13 @@ class Shortened:
     the algorithm is told of each stopped one: its value at its rung, capped at the worst whole run so far
     (``told_value``), told again whenever that worst falls. Rebuilt from a resumed campaign's finished trials, with
     the rung record its runs were judged on (each measurement's ``judged``): a resume judges and tells as the first
-    run did."""
+    run did.
+
+    Once the algorithm has nothing new to propose (the space is exhausted), the stopped runs are measured whole, the
+    most promising first (``promote``): the furthest rung reached, then the best standing in that rung's record. This
+    is ASHA's promoting form, and what a rung got wrong is put right while budget is left: on varmail
+    (datasets/loop-storage-ts) every configuration the rungs cost a search was the best one, stopped early. A device
+    run cannot be resumed where it was stopped, so a promoted run is a new whole run, and costs one."""
 
     def __init__(self, rungs: Rungs, objective: Objective, finished: Sequence[TrialView] = ()):
         self.rungs, self.metric, self.direction = rungs, objective.metric, objective.direction
@@ -300,48 +318,89 @@ class Shortened:
         self.short: dict[Config, float] = {}  # each stopped run's value at its rung, as measured
         self.recorded: list[list[float]] = [[] for _ in rungs.lengths]
         self.wholes: list[tuple[list[float], float]] = []  # each whole run's values at its rungs, and its own
+        self.stopped: dict[int, tuple[TrialView, list[Measurement]]] = {}  # the stopped trials, to promote
         for t in finished:
             measurements = _measurements(t)
-            for m in measurements:
-                for k, v in enumerate(m.env.get("judged", ())[:len(self.recorded)]):
-                    self.recorded[k].append(float(v))
             if whole := self.whole_run(Status(t.status), measurements):
                 self.wholes.append(whole)
-            self.finished(Config(t.config), Status(t.status), t.value, measurements)
+            self.finished(Config(t.config), Status(t.status), t.value, measurements, t)
 
     def halving(self) -> SuccessiveHalving:
         return SuccessiveHalving(self.rungs, self.direction, self.recorded, self.wholes)  # type: ignore[arg-type]
 
-    def whole_run(self, status: Status, measurements: Sequence[Measurement]) -> tuple[list[float], float] | None:
-        """A trial's first run, measured whole, as the board learns it: its value at each rung it was judged at, and
-        its own (a finalist's later runs, adaptive repeats, are whole runs no rung judged)."""
-        if status is not Status.SUCCEEDED or not measurements or self.metric not in measurements[0].metrics:
+    def whole_run(self, status: Status, measurements: Sequence[Measurement], first_repeat: int = 0
+                  ) -> tuple[list[float], float] | None:
+        """A trial's first whole run, as the board learns it, where it is among the runs from ``first_repeat`` on:
+        the first run's value at each rung it was judged at (a promoted run's: where it was stopped), and the whole
+        run's own (a finalist's later runs, adaptive repeats, are whole runs no rung judged)."""
+        if status is not Status.SUCCEEDED or not measurements:
             return None
-        first = measurements[0]
-        value = float(first.metrics[self.metric])
+        first = next((k for k, m in enumerate(measurements) if m.status is Status.SUCCEEDED), None)
+        if first is None or first < first_repeat or self.metric not in measurements[first].metrics:
+            return None
+        value = float(measurements[first].metrics[self.metric])
         if not np.isfinite(value):
             return None
-        return [float(v) for v in first.env.get("judged", ())][:len(self.rungs.lengths) - 1], value
+        return [float(v) for v in measurements[0].env.get("judged", ())][:len(self.rungs.lengths) - 1], value
 
     def told(self, config: Config) -> float | None:
         """What the algorithm is told now of a stopped configuration (None: it is not one)."""
         value = self.short.get(config)
         return None if value is None else told_value(value, self.whole, self.direction)
 
-    def finished(self, config: Config, status: Status, value: float | None, measurements: Sequence[Measurement]
-                 ) -> tuple[float | None, Status, list[tuple[Config, float]]]:
+    def finished(self, config: Config, status: Status, value: float | None, measurements: Sequence[Measurement],
+                 trial: TrialView | None = None) -> tuple[float | None, Status, list[tuple[Config, float]]]:
         """What to tell of a finished trial (value and status), and the stopped configurations to tell again."""
+        for m in measurements:
+            for k, v in enumerate(m.env.get("judged", ())[:len(self.recorded)]):
+                self.recorded[k].append(float(v))
         if status is Status.STOPPED:
             runs = [m.metrics[self.metric] for m in measurements if self.metric in m.metrics]
             if not runs or not np.isfinite(np.mean(runs)):
                 return value, status, []
             self.short[config] = float(np.mean(runs))
+            if trial is not None:
+                self.stopped[trial.id] = (trial, list(measurements))
             return self.told(config), Status.SUCCEEDED, []
         if status is not Status.SUCCEEDED or value is None:
             return value, status, []
+        return value, status, self._whole(float(value))
+
+    def _whole(self, value: float) -> list[tuple[Config, float]]:
+        """A new whole run's value: the stopped configurations whose told value it lowers, and to what."""
         before = {c: self.told(c) for c in self.short}
-        self.whole.append(float(value))
-        return value, status, [(c, now) for c in self.short if (now := self.told(c)) != before[c]]
+        self.whole.append(value)
+        return [(c, now) for c in self.short if (now := self.told(c)) != before[c]]
+
+    def promote(self, busy: set[int]) -> TrialView | None:
+        """The stopped trial to measure whole next (None: there is none): the one that reached the furthest rung,
+        then the one standing best in that rung's record (the share of it that did better)."""
+        def promise(item: tuple[TrialView, list[Measurement]]) -> tuple[int, float]:
+            m = item[1][-1]
+            rung = int(m.env.get("stopped_at_rung", 0))
+            values = self.recorded[rung] if rung < len(self.recorded) else []
+            value = float(m.metrics.get(self.metric, np.nan))
+            ahead = sum(1 for v in values if (v > value if self.direction == "max" else v < value))
+            return -rung, ahead / max(len(values), 1)
+
+        waiting = [item for trial_id, item in self.stopped.items() if trial_id not in busy]
+        return min(waiting, key=promise)[0] if waiting else None
+
+    def runs(self, trial_id: int) -> int:
+        """The runs a stopped trial has (a promoted one's whole run comes after them)."""
+        return len(self.stopped[trial_id][1])
+
+    def earlier(self, trial_id: int) -> list[Measurement]:
+        """A promoted trial's runs before its whole one."""
+        return list(self.stopped[trial_id][1])
+
+    def promoted(self, trial_id: int, status: Status, value: float | None) -> list[tuple[Config, float]]:
+        """A stopped trial measured whole: it is no longer a stopped one; the configurations to tell again."""
+        trial, _ = self.stopped.pop(trial_id)
+        self.short.pop(Config(trial.config), None)
+        if status is not Status.SUCCEEDED or value is None:
+            return []
+        return self._whole(float(value))
 
 
 class _Races:
@@ -371,7 +430,8 @@ class _Races:
         return self._measurements[trial.id]
 
     def finish(self, trial_id: int, value: float | None) -> None:
-        self._standings[trial_id] = Standing(trial_id, self.runs(trial_id), value)
+        """A trial's standing: its whole runs (a promoted trial's run stopped at a rung is not one) and its value."""
+        self._standings[trial_id] = Standing(trial_id, len(whole_runs(self._measurements.get(trial_id, ()))), value)
 
     def incumbent(self) -> Standing | None:
         return incumbent(self._standings.values(), self.objective.direction)
