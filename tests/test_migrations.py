@@ -175,6 +175,21 @@ def test_a_schema_newer_than_the_code_is_refused_by_readers_and_writers(history_
     engine.dispose()
 
 
+def _downgrade(history_url: str, revision: str):
+    """The history's schema taken back to ``revision``; the engine, to dispose of when done."""
+    engine = make_engine(history_url)
+    with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":  # a batch downgrade copies tables: no cascades meanwhile
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
+        config = alembic.config.Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        alembic.command.downgrade(config, revision)
+        connection.commit()
+    return engine
+
+
 def test_upgrading_to_adaptive_repeats_counts_the_runs_trials_already_have(history_url: str, bdbc: Path):
     from storetune.tuner import Campaign, CampaignSpec
 
@@ -183,16 +198,7 @@ def test_upgrading_to_adaptive_repeats_counts_the_runs_trials_already_have(histo
     campaign_id = Campaign.create(history, spec).id
     Campaign.resume(history, campaign_id).run()
     history.close()
-    engine = make_engine(history_url)
-    with engine.connect() as connection:  # back to a history written before trials counted their runs
-        if connection.dialect.name == "sqlite":  # a batch downgrade copies tables: no cascades meanwhile
-            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-        connection.commit()
-        config = alembic.config.Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = connection
-        alembic.command.downgrade(config, "0004")
-        connection.commit()
+    engine = _downgrade(history_url, "0004")  # back to a history written before trials counted their runs
     upgraded = run_cli("db", "upgrade", db=history_url, check=True)
     assert f"schema revision 0004 -> {HEAD}" in upgraded.stdout
     history = History(history_url, migrate=False)
@@ -216,16 +222,7 @@ def test_upgrading_to_short_runs_counts_each_trial_s_runs_stopped_at_a_rung(hist
     campaign_id = Campaign.create(history, spec).id
     Campaign.resume(history, campaign_id).run()
     history.close()
-    engine = make_engine(history_url)
-    with engine.connect() as connection:
-        if connection.dialect.name == "sqlite":
-            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-        connection.commit()
-        config = alembic.config.Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = connection
-        alembic.command.downgrade(config, "0011")
-        connection.commit()
+    engine = _downgrade(history_url, "0011")
     assert f"schema revision 0011 -> {HEAD}" in run_cli("db", "upgrade", db=history_url, check=True).stdout
     history = History(history_url, migrate=False)
     trials = history.trials(campaign_id, measurements=True)

@@ -4,7 +4,9 @@ A run is watched at its rungs, run lengths that grow by ``eta`` up to the full l
 run's mean so far is recorded; the run goes on only if it is in the best ``1/eta`` of the values recorded at
 that rung so far (itself included), so that about one run in ``eta`` reaches the next rung and one in
 ``eta^(k-1)`` the full length. This is the stopping form of ASHA (Li et al., MLSys 2020) that Ray Tune's
-``ASHAScheduler`` implements: decisions need no other trial to finish, which suits asynchronous workers.
+``ASHAScheduler`` implements: decisions need no other trial to finish, which suits asynchronous workers. Once the
+search has nothing new to propose, the loop turns to the promoting form: the stopped runs are measured whole, the
+furthest rung and the best standing there first (``Shortened.promote`` in tuner/search/loop.py).
 Written here rather than taken from Ray Tune: its scheduler works on Tune's own trial objects and runner,
 not on a run that reports its seconds to our loop.
 
