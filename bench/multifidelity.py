@@ -6,7 +6,11 @@ per-second series (a dataset measured with `storetune sweep` at a long run lengt
 Each evaluation replays one drawn repeat of the configuration (the dataset runner): at a run length t, the mean of
 its first t seconds; whole, the repeat's recorded figures. The contestants, each given the same device-seconds:
 - ``auto`` at full length, and random search at full length (``tune`` as it is by default);
-- ``auto`` with ASHA over the run length (``tune --fidelity asha``: rungs ``min_run``, x ``eta``, ... the whole run);
+- ``auto`` with ASHA over the run length (``tune --fidelity asha``: rungs ``min_run``, x ``eta``, ... the whole run;
+  once the space is exhausted, the stopped runs measured whole);
+- the same with repeats as the second fidelity, ``auto+asha+repeats`` (``tune --fidelity asha --max-repeats N``): a
+  whole run that looks better than the incumbent is measured again, whole, and the best mean of the most-measured is
+  reported;
 - Optuna's TPE with its ``HyperbandPruner``, told each second's mean as an intermediate value (the natural peer),
   set up as its users would: its defaults (a shortest budget of 1 step, reduction factor 3), told the run's length;
 - Optuna's TPE with its ``WilcoxonPruner`` over repeats, told each whole repeat as a step.
@@ -41,7 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import code_fingerprint  # noqa: E402
 
 MEASURING = ("tuner", "search_spaces", "runners", "bench/multifidelity.py", "bench/optuna_tpe.py")  # --cache's code
-CONTESTANTS = ("auto", "random", "auto+asha", "optuna-hyperband", "optuna-wilcoxon")
+CONTESTANTS = ("auto", "random", "auto+asha", "auto+asha+repeats", "optuna-hyperband", "optuna-wilcoxon")
+ASHA = ("auto+asha", "auto+asha+repeats")  # the headline's contestants: the key prefix each has there
+HEADLINE = {"auto+asha": "asha", "auto+asha+repeats": "asha_repeats"}
 RANK_LENGTHS = (1, 3, 10)
 
 
@@ -62,7 +68,7 @@ class Task:
     setups: tuple[float, ...] = (0.0,)  # what each run costs the device besides its timed seconds
     burn_in: int = 0  # auto+asha's rungs: whole runs before any stops one, and the best whole runs they must pass
     guard: int = 0
-    max_repeats: int | None = None  # auto+asha: a finalist's whole runs (adaptive repeats, the second fidelity)
+    max_repeats: int | None = None  # auto+asha+repeats: a finalist's whole runs (adaptive repeats)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -156,7 +162,7 @@ def _ours(task: Task, runner: Any) -> list[Step]:
     algorithm = task.contestant.split("+")[0]
     tuner = make_tuner(algorithm, runner.space, seed=task.seed, direction=task.direction)
     rungs = schedule(runner, task.eta, task.min_run_s, burn_in=task.burn_in, guard=task.guard) \
-        if task.contestant.endswith("+asha") else None
+        if task.contestant in ASHA else None
     store, steps = MemoryStore(), []
     spent = dict.fromkeys(task.setups, 0.0)
 
@@ -398,9 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "run (tune's default).")
     parser.add_argument("--guard", type=int, default=GUARD, help="auto+asha: a rung stops runs only while the best "
                         "this many whole runs would pass it (tune's default; 0: plain ASHA).")
-    parser.add_argument("--max-repeats", type=int, default=None, help="auto+asha: measure a whole run that looks "
-                        "better than the incumbent again, whole, up to this many runs (tune --max-repeats; the "
-                        "reported best is then the best mean of the most-measured). Default: one run each.")
+    parser.add_argument("--max-repeats", type=int, default=2, help="auto+asha+repeats: measure a whole run that "
+                        "looks better than the incumbent again, whole, up to this many runs (tune --max-repeats; the "
+                        "reported best is then the best mean of the most-measured).")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
                         "(default: the share rule of bench/compare_algorithms.py, 0.1%% to 1%% of the table, at least one)")
     parser.add_argument("--setup-s", default="0", help="Device-seconds each run costs besides its timed "
@@ -433,6 +439,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workloads is None and not manifest.is_file():
         raise SystemExit(f"{dataset}: no manifest.json to list its workloads: name them with --workloads")
     workloads = args.workloads.split(",") if args.workloads else json.loads(manifest.read_text())["workloads"]
+    unknown = [c for c in args.contestants.split(",") if c not in CONTESTANTS]
+    if unknown:
+        raise SystemExit(f"--contestants: unknown {', '.join(unknown)}; choose from {', '.join(CONTESTANTS)}")
     tasks, per_workload = [], {}
     for workload in workloads:
         runner = runner_for(dataset, workload, args.metric)
@@ -459,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 tasks.append(Task(dataset, workload, contestant, seed, budget_s, args.eta, args.min_run, args.metric,
                                   direction, targets, args.budget_runs, full, setups, args.burn_in, args.guard,
-                                  args.max_repeats if contestant == "auto+asha" else None))
+                                  args.max_repeats if contestant == "auto+asha+repeats" else None))
     cache = Cache(args.cache, {"dataset": dataset, "metric": args.metric, "eta": args.eta, "min_run_s": args.min_run,
                                "burn_in": args.burn_in, "guard": args.guard, "max_repeats": args.max_repeats,
                                "budget_runs": args.budget_runs, "setups": list(setups), "within": args.within,
@@ -509,14 +518,17 @@ def figures_for(setup: float, runs: Sequence[dict[float, Run]], per_workload: di
         return min(peers, key=lambda s: s["median_s"] if s["median_s"] is not None else math.inf) if peers else None
 
     c = "contestants"
-    result["asha_vs_full"] = over("ratio", lambda w: ratio(w[c]["auto+asha"], w[c]["auto"], w["budget_s"])
-                                  if {"auto+asha", "auto"} <= set(w[c]) else None)
-    result["asha_vs_optuna"] = over("ratio", lambda w: ratio(w[c]["auto+asha"], best_optuna(w), w["budget_s"])
-                                    if "auto+asha" in w[c] and best_optuna(w) else None)
-    result["asha_success"] = over("share", lambda w: w[c].get("auto+asha", {}).get("success"))
+    for name, key in HEADLINE.items():  # auto+asha's keys always; auto+asha+repeats' where it ran
+        if name != "auto+asha" and not any(name in w[c] for w in result["workloads"].values()):
+            continue
+        result[f"{key}_vs_full"] = over("ratio", lambda w, n=name: ratio(w[c][n], w[c]["auto"], w["budget_s"])
+                                        if {n, "auto"} <= set(w[c]) else None)
+        result[f"{key}_vs_optuna"] = over("ratio", lambda w, n=name: ratio(w[c][n], best_optuna(w), w["budget_s"])
+                                          if n in w[c] and best_optuna(w) else None)
+        result[f"{key}_success"] = over("share", lambda w, n=name: w[c].get(n, {}).get("success"))
+        result[f"{key}_reported_near_optimal"] = over("share", lambda w, n=name: w[c].get(n, {}).get(
+            "reported_near_optimal"))
     result["full_success"] = over("share", lambda w: w[c].get("auto", {}).get("success"))
-    result["asha_reported_near_optimal"] = over("share", lambda w: w[c].get("auto+asha", {}).get(
-        "reported_near_optimal"))
     result["rank_correlation"] = {w: info["rank_correlation"] for w, info in per_workload.items()}
     result["best_rank"] = {w: info["best_rank"] for w, info in per_workload.items()}
     if args.agree:
@@ -544,7 +556,7 @@ def print_figures(result: dict[str, Any]) -> None:
             interval = f"[{low:.0f}, {high:.0f}]"
             print(f"{name:18} {s['success']:8.2f} {median:>9} {interval:>16} "
                   f"{s['reported_near_optimal']:14.2f} {s['evaluations']:6.0f} {s['stopped']:8.0f}")
-    for key in ("asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "asha_reported_near_optimal"):
+    for key in [k for k in result if k.startswith("asha") or k == "full_success"]:
         print(f"{key}: {result[key]}")
 
 

@@ -46,7 +46,8 @@ def test_the_multifidelity_benchmark_counts_device_seconds_for_every_contestant(
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert {"asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "rank_correlation"} <= set(result)
+    assert {"asha_vs_full", "asha_vs_optuna", "asha_success", "full_success", "rank_correlation",
+            "asha_repeats_vs_full", "asha_repeats_reported_near_optimal"} <= set(result)
     assert set(result["rank_correlation"]) == {"fileserver", "varmail"}
     assert all(0.9 < rho <= 1 for w in result["rank_correlation"].values() for rho in w.values())
     assert all(set(ranks) == {"1", "3", "10"} for ranks in result["best_rank"].values())
@@ -57,7 +58,8 @@ def test_the_multifidelity_benchmark_counts_device_seconds_for_every_contestant(
     for workload in result["workloads"].values():
         assert workload["budget_s"] == 300 and workload["run_s"] == 30
         figures = workload["contestants"]
-        assert set(figures) == {"auto", "random", "auto+asha", "optuna-hyperband", "optuna-wilcoxon"}
+        assert set(figures) == {"auto", "random", "auto+asha", "auto+asha+repeats", "optuna-hyperband",
+                                "optuna-wilcoxon"}
         assert figures["auto"]["evaluations"] == figures["random"]["evaluations"] == 10  # 10 whole runs of 30 s
         assert figures["auto"]["stopped"] == 0 and figures["auto+asha"]["stopped"] > 0
         assert figures["auto+asha"]["evaluations"] > 10 and figures["optuna-wilcoxon"]["evaluations"] == 5
@@ -143,8 +145,8 @@ def test_the_bench_reports_the_best_mean_of_the_most_measured_where_finalists_we
     import multifidelity
     from multifidelity import Step, Task
 
-    task = Task("d", "varmail", "auto+asha", 0, 300, 3.0, 1.0, "ops_per_s", "max", frozenset(), budget_runs=10,
-                full_s=30, max_repeats=2)
+    task = Task("d", "varmail", "auto+asha+repeats", 0, 300, 3.0, 1.0, "ops_per_s", "max", frozenset(),
+                budget_runs=10, full_s=30, max_repeats=2)
     steps = [Step((30,), 100.0, True, trial=0), Step((30,), 120.0, False, trial=1),
              Step((30,), 102.0, False, trial=1, remeasured=True),  # trial 1's two runs: mean 102, lucky once
              Step((1,), None, False, stopped=True, trial=2),
@@ -154,3 +156,18 @@ def test_the_bench_reports_the_best_mean_of_the_most_measured_where_finalists_we
     assert run.reported_near_optimal and run.spent_s == 151 and run.evaluations == 6 and run.hit_s == 30
     run = multifidelity.replay(task, steps[:2], 0.0)  # one run each: the best single run
     assert not run.reported_near_optimal
+
+
+def test_an_unknown_contestant_is_one_line_naming_the_known_ones(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    folder = _series_dataset(tmp_path / "ts")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "multifidelity.py"), "--dataset", str(folder),
+                          "--contestants", "auto,auto+hyperband", "--seeds", "1"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode != 0 and out.stderr.strip().splitlines() == [
+        "--contestants: unknown auto+hyperband; choose from auto, random, auto+asha, auto+asha+repeats, "
+        "optuna-hyperband, optuna-wilcoxon"]
