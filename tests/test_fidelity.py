@@ -274,7 +274,7 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
                        (["--repeats", "2"], "one run per configuration"),
                        (["--budget-seconds", "5"], "a budget of 5 device-seconds cannot pay for one run of 9 s"),
                        (["--eta", "1"], "eta must be a number above 1"),
-                       (["--guard", "-1"], "burn_in (3) and guard (-1) count whole runs: 0 or more")):
+                       (["--guard", "-1"], "burn_in (0) and guard (-1) count whole runs: 0 or more")):
         out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", *args, db=sqlite_url)
         assert out.returncode == 2 and said in " ".join(out.stderr.split()), (args, out.stderr)
     for given in ("--eta", "--burn-in"):

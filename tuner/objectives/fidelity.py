@@ -183,8 +183,9 @@ def told_value(value: float, full_values: Sequence[float], direction: Direction)
     return worst if better(value, worst, direction) else value
 
 
-# tune's defaults: chosen on loop-storage-ts's fileserver and varmail at seeds 0-19 (bench/multifidelity.py)
-BURN_IN = 3
+# tune's defaults: chosen on loop-storage-ts's fileserver and varmail at seeds 0-19, with stopped runs promoted once
+# the space is exhausted (bench/multifidelity.py; docs/results/multifidelity.md)
+BURN_IN = 0
 GUARD = 2
 FIDELITIES = ("none", "asha")  # whole runs only; asynchronous successive halving over the run's length
 
