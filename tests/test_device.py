@@ -390,7 +390,7 @@ def test_a_watched_run_is_interrupted_at_the_rung_where_it_is_told_to_stop(loop_
     r = runner(loop_dir, workload="fileserver", runtime_s=8, fileset_mib=64, warmup_runs=0)
     assert isinstance(r, WatchedRunner) and r.full_length_s() == 8
     config = r.space.validate({"fs": "ext4"}, fill_defaults=True)
-    spans = []  # the timed runs alone, through the runner's seam for a traced run: the layout's time is load's
+    spans, judged = [], []  # spans: the timed runs alone (the runner's seam for a traced run), not the layout
 
     @contextmanager
     def timed():
@@ -399,7 +399,6 @@ def test_a_watched_run_is_interrupted_at_the_rung_where_it_is_told_to_stop(loop_
         spans.append(time.monotonic() - started)
 
     r.timed = timed
-    judged = []
     stopped = r.run_watched(config, r.workload, seed=1, rungs=(2, 8),
                             go_on=lambda k, metrics: judged.append((k, metrics)) or False)
     whole = r.run_watched(config, r.workload, seed=1, rungs=(2, 8), go_on=lambda k, metrics: True)
