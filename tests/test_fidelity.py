@@ -349,7 +349,8 @@ def test_an_interrupted_asha_campaign_resumes_within_the_device_seconds_it_was_g
     """Interrupted after 6 trials, then resumed: the device-seconds already spent count, the stopped runs are told
     and judged as before, and the campaign ends at its budget with every trial once."""
     from storetune.tuner.history.store import History
-    from storetune.tuner.search.campaign import Campaign, CampaignSpec
+    from storetune.tuner.search.campaign import Campaign
+    from storetune.tuner.search.spec import CampaignSpec
     from storetune.tuner.search.loop import _measurements, run_seconds
 
     table = _series_table(tmp_path / "measurements.csv")

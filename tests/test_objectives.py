@@ -14,7 +14,7 @@ from conftest import run_cli, shared
 from storetune.runners import Measurement, Status, make_runner
 from storetune.search_spaces import Config
 from storetune.tuner import Campaign, CampaignSpec, History
-from storetune.tuner.search.campaign import InvalidSpec
+from storetune.tuner.search.spec import InvalidSpec
 from storetune.tuner.objectives.objective import MultiObjective, trial_means
 from storetune.tuner.analysis.pareto import hypervolume, non_dominated, pareto_set
 from storetune.tuner.algorithms.registry import make_tuner

@@ -17,7 +17,7 @@ from storetune.runners.fingerprint import MIN_IOS, FingerprintError, changes, fe
 from storetune.runners.traces import Trace, read_trace
 from storetune.search_spaces.status import within_of_best
 from storetune.tuner import Campaign, CampaignSpec, History
-from storetune.tuner.search.campaign import InvalidSpec
+from storetune.tuner.search.spec import InvalidSpec
 from storetune.tuner.algorithms.registry import SEARCH_ALGORITHMS
 from storetune.tuner.analysis.workloads import NoHistory, recommend
 

@@ -19,7 +19,8 @@ _MODULES = {  # where each name of the package lives
     "storetune.tuner.algorithms.base": ("Observation", "Tuner"),
     "storetune.tuner.algorithms.registry": ("ALGORITHMS", "DEFAULT_ALGORITHM", "SEARCH_ALGORITHMS", "algorithm_class",
                                             "make_tuner"),
-    "storetune.tuner.search.campaign": ("Campaign", "CampaignSpec", "TrialResult"),
+    "storetune.tuner.search.campaign": ("Campaign", "TrialResult"),
+    "storetune.tuner.search.spec": ("CampaignSpec",),
     "storetune.tuner.history.store": ("History",),
     "storetune.tuner.objectives.objective": ("Objective",),
 }
@@ -39,7 +40,8 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # for type checkers and readers: the names above, statically
     from storetune.tuner.analysis.summary import CampaignSummary, best_trial, trials_by_status  # noqa: F401
     from storetune.tuner.algorithms.base import Observation, Tuner  # noqa: F401
-    from storetune.tuner.search.campaign import Campaign, CampaignSpec, TrialResult  # noqa: F401
+    from storetune.tuner.search.campaign import Campaign, TrialResult  # noqa: F401
+    from storetune.tuner.search.spec import CampaignSpec  # noqa: F401
     from storetune.tuner.history.store import History  # noqa: F401
     from storetune.tuner.objectives.objective import Objective  # noqa: F401
     from storetune.tuner.algorithms.registry import (  # noqa: F401

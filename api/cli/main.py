@@ -28,7 +28,7 @@ from storetune.tuner.objectives.fidelity import BURN_IN, GUARD
 from storetune.tuner.objectives.objective import table_metric
 from storetune.search_spaces import format_config, list_spaces, load_space
 from storetune.tuner import ALGORITHMS, DEFAULT_ALGORITHM, Campaign, CampaignSpec, CampaignSummary
-from storetune.tuner.search.campaign import UNBOUNDED_EVALUATIONS, WARM_STARTS
+from storetune.tuner.search.spec import UNBOUNDED_EVALUATIONS, WARM_STARTS
 from storetune.tuner.history.schema import SchemaError, check_url, make_engine, shown_url, upgrade_schema
 
 app = typer.Typer(

@@ -13,19 +13,17 @@ import copy
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from storetune.runners import (
-    Direction, HostUnavailable, Runner, Status, WatchedRunner, inspected_runner, make_runner,
-)
+from storetune.runners import HostUnavailable, Runner, Status, inspected_runner, make_runner
 from storetune.search_spaces import Config, SearchSpace
 from storetune.tuner.analysis.summary import CampaignSummary, evaluations
 from storetune.tuner.execution.jobs import Executor, ExecutorLost
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.history.store import History
-from storetune.tuner.objectives.fidelity import BURN_IN, FIDELITIES, GUARD, RungError, Rungs, schedule, watchable
-from storetune.tuner.objectives.intensify import RepeatRace, check_max_repeats, check_race
+from storetune.tuner.objectives.fidelity import RungError, Rungs, watchable
+from storetune.tuner.objectives.intensify import RepeatRace, check_max_repeats
 from storetune.tuner.history.memory import MemoryStore
 from storetune.tuner.search.loop import (
     Shortened, TrialResult, _measurements, run_loop, run_seconds, settle, trial_seed,
@@ -34,8 +32,10 @@ from storetune.tuner.history.views import CampaignView, TrialView
 from storetune.tuner.objectives.objective import MultiObjective, Objective, campaign_objective, resolve_objective
 from storetune.tuner.algorithms.base import Tuner
 from storetune.tuner.algorithms.registry import check_pareto_algorithm, default_algorithm, make_tuner
+from storetune.tuner.search.spec import (
+    SEED_LIMIT, WARM_STARTS, CampaignSpec, InvalidSpec, capped_budget, checked, evaluations_each, fidelity_record,
+)
 
-WARM_STARTS = ("none", "same", "similar")
 SIMILAR_WORKLOADS = 3  # --warm-start similar: the nearest known workloads whose near-optimal configurations go first
 SIMILAR_WITHIN = 0.95  # ... within 5% of each one's best
 
@@ -46,60 +46,6 @@ def similar_first(budget: int) -> int:
     return max(1, min(10, budget // 5))
 
 STALE_REASON = "its driver stopped before the trial finished; the configuration is re-run"
-
-
-@dataclass(frozen=True)
-class CampaignSpec:
-    """Everything that defines a new campaign. Validated before anything is written."""
-
-    runner: str
-    runner_settings: Mapping[str, Any]
-    algorithm: str | None = "random"  # None: the default for the objective (nsga2 for a Pareto objective, else auto)
-    algorithm_params: Mapping[str, Any] = field(default_factory=dict)
-    metric: str | None = None
-    direction: Direction | None = None
-    objective: str | None = None  # several metrics: "a:3,b:2", "rank:a,b;tol=0.05" or "pareto:a,b" (not with metric)
-    budget: int = 50
-    seed: int = 0
-    repeats: int = 1
-    max_repeats: int | None = None  # adaptive repeats: re-measure challengers up to this many runs
-    batch_size: int = 1  # configurations asked and measured at once
-    # "same": learn from the trials of the same space, workload and device; "similar": that, and first measure
-    # the near-optimal configurations of the nearest fingerprinted workloads (tuner.workloads)
-    warm_start: str = "none"
-    fixed: Mapping[str, Any] = field(default_factory=dict)  # parameters pinned to one value (--fix)
-    # multi-fidelity search: "asha" judges each run at rungs min_run_s, min_run_s * eta, ... up to its full length
-    # and stops those not in the best 1/eta there (tuner/objectives/fidelity.py); "none" runs every benchmark whole
-    fidelity: str = "none"
-    eta: float = 3.0
-    min_run_s: float = 1.0
-    burn_in: int = BURN_IN  # whole runs before a rung stops any (fidelity asha; 0 with guard 0: plain ASHA)
-    guard: int = GUARD  # a rung stops runs only while the best this many whole runs would pass it
-    budget_s: float | None = None  # stop starting trials once the runs took this many device-seconds
-    race: str = "none"  # "wilcoxon": a configuration's repeats race the incumbent's, and stop when they lose
-
-
-class InvalidSpec(ValueError):
-    """A campaign's specification is wrong; ``field`` names the part (budget, fix, metric, ...)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-
-
-UNBOUNDED_EVALUATIONS = 1_000_000  # a device-seconds budget alone: the device time limits, or the space's size
-SEED_LIMIT = 2**63  # seeds are stored as signed 64-bit integers (SQLite, PostgreSQL's bigint)
-
-
-def checked(field: str, check: Callable[[], Any]) -> Any:
-    """``check()``, with a ValueError or LookupError it raises turned into InvalidSpec(field): the clear
-    error a campaign's or a comparison's specification gets, naming the field that was wrong."""
-    try:
-        return check()
-    except InvalidSpec:
-        raise
-    except (ValueError, LookupError) as e:
-        raise InvalidSpec(field, e.args[0] if isinstance(e, LookupError) and e.args else str(e)) from None
 
 
 class Campaign:
@@ -173,7 +119,7 @@ class Campaign:
                 raise InvalidSpec(field, f"the {name} must be at least 1, not {value}")
         checked("max_repeats", lambda: check_max_repeats(spec.max_repeats, spec.repeats))
         size = runner.space.cardinality() if runner.space.finite else None
-        each = _evaluations_each(spec)
+        each = evaluations_each(spec)
         if size is not None and spec.budget > size * each and spec.budget_s is None:  # device-seconds: capped at create
             pins = f" with {', '.join(f'{k}={v}' for k, v in spec.fixed.items())}" if spec.fixed else ""
             most = f"{size} configurations of {runner.space.name}{pins}"
@@ -185,11 +131,11 @@ class Campaign:
                                                                params=spec.algorithm_params))
         if (capacity := tuner.capacity()) is not None:  # a fixed set of configurations (grid)
             held, why = capacity
-            if spec.budget > held * _evaluations_each(spec) and spec.budget_s is None:  # device-seconds: capped
+            if spec.budget > held * evaluations_each(spec) and spec.budget_s is None:  # device-seconds: capped
                 raise InvalidSpec("budget", f"a budget of {spec.budget} is more than the {held} configurations of "
                                             f"the {algorithm} here ({why}); use a budget of {held} or less, or raise "
                                             "its hyperparameter per_stratum")
-        checked("fidelity", lambda: _fidelity(spec, runner, objective))
+        checked("fidelity", lambda: fidelity_record(spec, runner, objective))
         return runner, objective, tuner
 
     @classmethod
@@ -220,14 +166,14 @@ class Campaign:
             objective_metric=objective.metric,
             objective_direction=objective.direction,
             objective=objective.spec() if isinstance(objective, MultiObjective) else None,
-            budget=_capped(spec, runner, tuner),
+            budget=capped_budget(spec, runner, tuner),
             seed=spec.seed,
             repeats=spec.repeats,
             max_repeats=spec.max_repeats,
             batch_size=spec.batch_size,
             warm_start=spec.warm_start,
             fixed={k: runner.space[k].default for k in spec.fixed},
-            fidelity=_fidelity(spec, runner, objective),
+            fidelity=fidelity_record(spec, runner, objective),
             origin=origin,
             state=state,
             executor={"kind": executor_kind or (executor.kind if executor is not None else "local")},
@@ -364,56 +310,6 @@ class Campaign:
     def summary(self) -> CampaignSummary:
         record = self.history.campaign(self.id)
         return CampaignSummary.of(record, self.history.trials(self.id, measurements=True), self.history.url)
-
-
-def _capped(spec: CampaignSpec, runner: Runner, tuner: Tuner) -> int:
-    """The evaluations of a campaign given device-seconds: at most what the space (or the algorithm's grid) holds."""
-    budget = spec.budget
-    if spec.budget_s is not None:
-        if runner.space.finite:
-            budget = min(budget, runner.space.cardinality() * _evaluations_each(spec))
-        if (capacity := tuner.capacity()) is not None:
-            budget = min(budget, capacity[0] * _evaluations_each(spec))
-    return budget
-
-
-def _evaluations_each(spec: CampaignSpec) -> int:
-    """The most evaluations one configuration can take: its first, the adaptive re-measurements up to
-    ``max_repeats``, and with ASHA the whole run of a stopped one, promoted once the space is exhausted."""
-    return 1 + max(0, (spec.max_repeats or spec.repeats) - spec.repeats) + (spec.fidelity == "asha")
-
-
-def _fidelity(spec: CampaignSpec, runner: Runner, objective: Objective | MultiObjective) -> dict[str, Any] | None:
-    """The campaign's multi-fidelity schedule as recorded, after the checks: a runner that can stop a run at a rung
-    (its run length), a schedule that fits it and a device-seconds budget that pays for one whole run."""
-    if spec.budget_s is not None and not spec.budget_s > 0:
-        raise ValueError(f"a budget of {spec.budget_s:g} device-seconds: it must be above 0")
-    if spec.fidelity not in FIDELITIES:
-        raise ValueError(f"fidelity {spec.fidelity!r}: choose {' or '.join(FIDELITIES)}")
-    check_race(spec.race, spec.repeats)
-    if spec.race != "none" and (isinstance(objective, MultiObjective) or spec.max_repeats is not None
-                                or spec.fidelity != "none"):
-        raise ValueError("race wilcoxon judges one metric over fixed repeats: it does not combine with an objective "
-                         "over several metrics, adaptive repeats (max_repeats) or fidelity asha")
-    if spec.fidelity == "none":
-        if spec.budget_s is not None and runner.replays and not (
-                isinstance(runner, WatchedRunner) and runner.full_length_s()):
-            raise ValueError(f"a budget of {spec.budget_s:g} device-seconds on {runner.label()}: its table keeps no "
-                             "per-interval series, so a replayed run takes no device time; give a budget of evaluations")
-        if spec.race != "none":
-            return {"kind": "none", "budget_s": spec.budget_s, "race": spec.race}
-        return None if spec.budget_s is None else {"kind": "none", "budget_s": spec.budget_s}
-    if isinstance(objective, MultiObjective) or spec.repeats != 1:
-        raise ValueError("fidelity asha judges each run by one metric, one run per configuration (max_repeats measures "
-                         "the finalists again): it does not combine with an objective over several metrics or repeats")
-    rungs = schedule(runner, spec.eta, spec.min_run_s, spec.budget_s, spec.burn_in, spec.guard)
-    watched = runner.watched_metrics()  # type: ignore[attr-defined]  # schedule refused any other runner
-    if objective.metric not in watched:
-        raise ValueError(f"fidelity asha judges runs by {objective.metric} as they go, and the {runner.name} runner "
-                         f"reports only {', '.join(watched) or 'nothing'} while a run goes: choose one of those as "
-                         "the metric")
-    return {"kind": "asha", "rungs": list(rungs.lengths), "eta": rungs.eta, "burn_in": rungs.burn_in,
-            "guard": rungs.guard, "budget_s": spec.budget_s}
 
 
 def record_fingerprint(history: History, runner: Runner) -> dict[str, Any] | None:

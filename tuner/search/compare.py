@@ -22,7 +22,7 @@ from storetune.runners import Runner, Status, make_runner
 from storetune.runners.tables import TableWarning
 from storetune.search_spaces import Config
 from storetune.tuner.analysis.summary import best_trial, json_safe, judge_means
-from storetune.tuner.search.campaign import InvalidSpec, checked
+from storetune.tuner.search.spec import InvalidSpec, checked
 from storetune.tuner.analysis.convergence import (
     EvaluationsToTarget, evaluations_to_hit, near_optimal, random_success_curve, success_curve,
 )

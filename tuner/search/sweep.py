@@ -27,7 +27,8 @@ from storetune.runners.series import SERIES_METRICS
 from storetune.runners.settings import DeviceSettings
 from storetune.runners.tables import SERIES_PREFIX, load_table
 from storetune.search_spaces import load_space
-from storetune.tuner.search.campaign import Campaign, CampaignSpec
+from storetune.tuner.search.campaign import Campaign
+from storetune.tuner.search.spec import CampaignSpec
 from storetune.tuner.algorithms.grid import GridSearch
 from storetune.tuner.history.store import History
 from storetune.tuner.search.loop import TrialResult, trial_seed

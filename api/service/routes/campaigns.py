@@ -23,7 +23,8 @@ from storetune.tuner.analysis.summary import (
     best_trial, campaign_best, campaign_convergence, held_out, near_optimal_trials,
 )
 from storetune.tuner.algorithms.base import HyperparameterError, parse_params
-from storetune.tuner.search.campaign import UNBOUNDED_EVALUATIONS, InvalidSpec, driver_alive
+from storetune.tuner.search.campaign import driver_alive
+from storetune.tuner.search.spec import UNBOUNDED_EVALUATIONS, InvalidSpec
 from storetune.tuner.objectives.objective import MultiObjective, objective_kind, table_metric
 from storetune.tuner.algorithms.registry import algorithm_class, algorithm_target, default_algorithm
 from storetune.tuner.history.views import CampaignView, TrialView

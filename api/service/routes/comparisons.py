@@ -13,7 +13,7 @@ from storetune.api.service.routes.campaigns import executor_kind
 from storetune.api.fields import json_terms
 from storetune.api.service.policy import Refused, allowed_path, apply_policy
 from storetune.tuner.algorithms.base import HyperparameterError
-from storetune.tuner.search.campaign import InvalidSpec
+from storetune.tuner.search.spec import InvalidSpec
 from storetune.tuner.history.views import ComparisonView
 
 
