@@ -13,7 +13,7 @@ from storetune.runners import Status, make_runner
 from storetune.search_spaces import Config
 from test_campaign import FlakyRunner, spec
 from storetune.tuner import Campaign, History, best_trial, make_tuner
-from storetune.tuner.objectives.intensify import Standing, incumbent, next_remeasure
+from storetune.tuner.objectives.intensify import Standing, incumbent, next_finalist, next_remeasure
 
 POSTGRES = shared("moot_configs/PostgreSQL.csv")  # 22 repeats per configuration: the noisiest table
 
@@ -40,6 +40,30 @@ def test_the_incumbent_is_measured_again_when_a_race_ends_up_to_the_cap():
     assert next_remeasure(won, "min", max_repeats=3) == 2
     alone = [Standing(1, 2, 10.0), Standing(2, 1, 12.0), Standing(3, 1, None)]
     assert next_remeasure(alone, "min", max_repeats=3) is None
+
+
+def test_finalists_are_the_configurations_within_noise_of_the_incumbent_the_closest_first():
+    standings = [Standing(1, 2, 10.0), Standing(2, 1, 11.0), Standing(3, 1, 12.0), Standing(4, 1, 30.0),
+                 Standing(5, 2, 10.5), Standing(6, 1, None)]
+    assert next_finalist(standings, "min", 3, run_sd=1.0) == 2  # 11 and 12 are within 2 standard errors of 10
+    assert next_finalist(standings, "min", 3, run_sd=1.0, busy={2}) == 3
+    assert next_finalist(standings, "min", 3, run_sd=1.0, busy={2, 3}) is None  # 30 is far; 10.5 has the runs
+    assert next_finalist(standings, "min", 3, run_sd=0.1) is None  # with little noise, one run says enough
+    assert next_finalist(standings, "min", 1, run_sd=1.0) is None  # the cap
+    assert next_finalist(standings, "min", 3, run_sd=None) is None  # no configuration was measured twice
+    assert next_finalist(standings, "max", 3, run_sd=1.0) == 4  # maximised: 30 is ahead of the incumbent, 10.5
+
+
+def test_once_the_space_is_exhausted_the_finalists_are_measured_as_often_as_the_incumbent(sqlite_url, tmp_path):
+    table = tmp_path / "noisy.csv"  # six configurations, four repeats each: two close at the top, four far behind
+    rows = {(1, 1): (6, 14, 8, 12), (1, 2): (9, 13, 7, 15), (2, 1): (50, 54, 48, 56), (2, 2): (60, 64, 58, 66),
+            (3, 1): (70, 74, 68, 76), (3, 2): (80, 84, 78, 86)}
+    table.write_text("a,b,PERF-\n" + "".join(f"{a},{b},{v}\n" for (a, b), vs in rows.items() for v in vs))
+    history = History(sqlite_url)
+    summary = Campaign.create(history, spec(table, budget=12, seed=1, max_repeats=2)).run()
+    runs = {(t.config["a"], t.config["b"]): t.runs for t in history.trials(summary.campaign, measurements=True)}
+    assert runs[1, 1] == runs[1, 2] == 2  # whichever leads, the other was within noise and was measured again
+    assert len(runs) == 6 and sum(runs.values()) == summary.evaluated < 12  # not every one: 40 behind is far
 
 
 def test_retell_replaces_the_observation_and_the_model_sees_the_new_mean(bdbc):

@@ -60,6 +60,31 @@ def next_remeasure(standings: Iterable[Standing], direction: str, max_repeats: i
     return best.trial if raced and best.runs < max_repeats else None
 
 
+FINALIST_Z = 2.0  # a finalist's mean is within this many standard errors of the incumbent's
+
+
+def next_finalist(standings: Iterable[Standing], direction: str, max_repeats: int, run_sd: float | None,
+                  busy: Collection[int] = ()) -> int | None:
+    """Once the search has nothing new to ask: the trial to measure once more so that the reported best rests on
+    more than one run's noise, or None. A finalist has fewer runs than the incumbent, is below the cap, and its mean
+    is within ``FINALIST_Z`` standard errors of the incumbent's (``run_sd``: one run's standard deviation, pooled
+    over the configurations measured more than once), the closest first. ``next_remeasure`` races only what looks
+    better; a configuration whose one run fell a little behind would otherwise never be measured again."""
+    standings = list(standings)
+    best = incumbent(standings, direction)
+    if best is None or best.value is None or not run_sd:
+        return None
+    bar = to_loss(best.value, direction)
+
+    def gap(s: Standing) -> float:  # how far behind the incumbent, in standard errors of the difference
+        assert s.value is not None
+        return (to_loss(s.value, direction) - bar) / (run_sd * (1 / s.runs + 1 / best.runs) ** 0.5)
+
+    finalists = [s for s in standings if s.trial != best.trial and s.value is not None and s.runs < best.runs
+                 and s.runs < max_repeats and s.trial not in busy and gap(s) < FINALIST_Z]
+    return min(finalists, key=lambda s: (gap(s), s.trial)).trial if finalists else None
+
+
 def check_max_repeats(max_repeats: int | None, repeats: int) -> None:
     """A cap below the repeats every configuration gets anyway, or beyond reason, raises ValueError."""
     if max_repeats is None:

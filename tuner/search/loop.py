@@ -20,7 +20,7 @@ from storetune.tuner.algorithms.base import Tuner
 from storetune.tuner.execution.jobs import Executor, Job, board_lost, repeat_seeds
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.objectives.fidelity import Rungs, SuccessiveHalving, told_value
-from storetune.tuner.objectives.intensify import RepeatRace, Standing, incumbent, next_remeasure
+from storetune.tuner.objectives.intensify import RepeatRace, Standing, incumbent, next_finalist, next_remeasure
 from storetune.tuner.objectives.objective import MultiObjective, Objective, whole_runs
 from storetune.tuner.history.views import TrialStore, TrialView
 
@@ -167,11 +167,15 @@ def run_loop(
                     queue = list(store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs]))
                     share = (time.perf_counter() - started) / len(configs)
                     ask_share.update({t.id: share for t in queue})
-            if not queue:  # nothing new to measure: the most promising stopped run is measured whole
-                again = None if short is None else short.promote(busy=set(in_flight) | {t.id for t in starting})
+            if not queue:  # nothing new to measure: the finalists measured again, then stopped runs measured whole
+                busy = set(in_flight) | {t.id for t in starting}
+                again = None if races is None else races.finalist(busy=busy)
+                if again is None and short is not None:
+                    again = short.promote(busy=busy)
+                    if again is not None:
+                        promoted.add(again.id)
                 if again is None:
                     break
-                promoted.add(again.id)
                 starting.append(again)
                 continue
             starting.append(queue.pop(0))
@@ -439,3 +443,23 @@ class _Races:
     def next(self, busy: set[int]) -> TrialView | None:
         chosen = next_remeasure(self._standings.values(), self.objective.direction, self.max_repeats, busy)
         return None if chosen is None else self._trials[chosen]
+
+    def finalist(self, busy: set[int]) -> TrialView | None:
+        """Once nothing new can be asked: a configuration within noise of the incumbent, measured once more."""
+        chosen = next_finalist(self._standings.values(), self.objective.direction, self.max_repeats, self.run_sd(),
+                               busy)
+        return None if chosen is None else self._trials[chosen]
+
+    def run_sd(self) -> float | None:
+        """One whole run's standard deviation, pooled over the configurations measured more than once (None: none
+        is, or the objective weighs several metrics, whose runs have no one scale)."""
+        if not isinstance(self.objective, Objective):
+            return None
+        squares, free = 0.0, 0
+        for trial_id, standing in self._standings.items():
+            runs = [m.metrics[self.objective.metric] for m in whole_runs(self._measurements[trial_id])
+                    if self.objective.metric in m.metrics]
+            if standing.value is not None and len(runs) > 1:
+                squares += float(np.var(runs, ddof=1)) * (len(runs) - 1)
+                free += len(runs) - 1
+        return (squares / free) ** 0.5 if free else None
