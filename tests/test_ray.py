@@ -255,7 +255,7 @@ def test_a_device_holder_killed_mid_run_is_replaced_and_its_job_run_again(sqlite
             fios = [pid for pid, cmdline in processes() if cmdline[0] == "fio" and any(str(loops) in c for c in cmdline)]
             for pid in fios:
                 parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                if "_Holder" in " ".join(dict(processes()).get(parent, [""])):
+                if "DeviceHolder" in " ".join(dict(processes()).get(parent, [""])):
                     holder = parent
             time.sleep(0.2)
         assert holder is not None, "no holder ran fio"

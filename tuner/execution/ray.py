@@ -8,8 +8,9 @@ the only writer of the history: tasks return measurements and never open the dat
 A measurement that needs a disk asks the cluster for it as a custom resource (``runner.resources()``:
 ``loop_slot`` for a loop device, ``device:/dev/nvme1n1`` for that disk), so a node runs as many as it
 advertises, and a disk's measurements run one at a time on the node that has it. Such a runner is
-kept for the campaign by an actor that holds the resource (``_Holder``): its device is set up and warmed
-up once, not before every job, and released when the executor closes. A worker killed mid-evaluation
+kept for the campaign by an actor that holds the resource (``DeviceHolder``; the driver's side in ray_holders.py, the
+workers' in ray_workers.py): its device is set up and warmed up once, not before every job, and released when the
+executor closes. A worker killed mid-evaluation
 is retried up to ``max_retries`` times (a task by Ray, a holder's job by the stream on another holder);
 after that the trial is FAILED with Ray's reason. A head that goes away is no verdict on any
 configuration: while the driver waits, it checks the head's port, and once the head has not answered
@@ -18,7 +19,7 @@ it resumes).
 
 An embedded cluster authenticates with a token of its own, passed by the environment to the processes
 it starts: Ray's default would write ``~/.ray/auth_token``, after which every plain ``ray start --head``
-of the user's turns token authentication on. Ray is imported here only.
+of the user's turns token authentication on. Ray is imported here and in the two modules beside it only.
 
 ``python -m storetune.tuner.execution.ray watch ADDRESS`` prints the cluster's state (``cluster_state``) as one
 JSON line every few seconds: the service reads it from that process, so Ray never runs inside it.
@@ -33,17 +34,14 @@ import secrets
 import socket
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from storetune.runners import HostUnavailable, Measurement, Runner, Status, Workload
 from storetune.runners.base import LOOP_SLOT, device_resource, hardware_resource
-from storetune.tuner.execution.jobs import (
-    ExecutorLost, Job, Recorder, measure, name_this_node, one_thread_each, record_all, release_runner, run_jobs,
-    worker_measure, worker_runner,
-)
+from storetune.tuner.execution.jobs import ExecutorLost, Job, Recorder, record_all, run_jobs
+from storetune.tuner.execution.ray_holders import HeldStream, Holders
+from storetune.tuner.execution.ray_workers import ActorBoard, BoardActor, call_task, measure_task
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,7 +50,6 @@ CONNECT_TIMEOUT_S = 10.0
 WAIT_S = 2.0  # how long the driver waits for a result before it checks that the head still answers
 LOST_AFTER_S = 6.0  # a head silent this long is lost
 EMBEDDED_OBJECT_STORE = 256 * 1024 * 1024  # an embedded cluster's object store: tasks pass small objects only
-RELEASE_S = 60.0  # how long closing waits for the holders to detach their devices (a run ends first)
 
 
 class ExecutorError(ValueError):
@@ -89,7 +86,7 @@ class RayExecutor:
         self._fitted: set[str] = set()
         self._restore_env: dict[str, str | None] = {}
         self._silent_since: float | None = None
-        self._holders: dict[str, _Holders] = {}  # a device runner's actors, by its name and settings
+        self._holders: dict[str, Holders] = {}  # a device runner's actors, by its name and settings
 
     # --- the cluster ------------------------------------------------------------------------------
     def _ray(self) -> Any:
@@ -247,15 +244,15 @@ class RayExecutor:
         return max(min(slots), 1)
 
     # --- the executor seam ------------------------------------------------------------------------
-    def board(self, halving: Any) -> _ActorBoard:
+    def board(self, halving: Any) -> ActorBoard:
         """The campaign's rung record as a Ray actor (no CPU: it only keeps lists), which the tasks judge their
         runs on wherever they run; it ends with the driver's connection."""
         ray = self._ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)  # the driver's node
-        actor = ray.remote(num_cpus=0, max_restarts=0)(_HeldBoard).options(scheduling_strategy=here).remote(halving)
-        return _ActorBoard(actor)
+        actor = ray.remote(num_cpus=0, max_restarts=0)(BoardActor).options(scheduling_strategy=here).remote(halving)
+        return ActorBoard(actor)
 
     def stream(self, runner: Runner, workload: Workload, record: Recorder | None = None,
                board: Any = None) -> _RayStream:
@@ -267,10 +264,10 @@ class RayExecutor:
         if needed:  # it holds a device: kept by actors for the campaign, one per loop slot or disk in use
             key = f"{runner.name}:{json.dumps(runner.settings(), sort_keys=True, default=str)}"
             if key not in self._holders:
-                self._holders[key] = _Holders(ray, runner.name, runner.settings(), needed, self.workers)
-            return _HeldStream(self, ray, self._holders[key], workload, record, board)
+                self._holders[key] = Holders(ray, runner.name, runner.settings(), needed, self.workers)
+            return HeldStream(self, ray, self._holders[key], workload, record, board)
         options = dict(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)
-        return _RayStream(self, ray, (ray.remote(_measure_task), options), runner, workload, record, board)
+        return _RayStream(self, ray, (ray.remote(measure_task), options), runner, workload, record, board)
 
     def run(self, runner: Runner, workload: Workload, jobs: Sequence[Job],
             record: Recorder | None = None) -> Iterator[tuple[Job, list[Measurement]]]:
@@ -280,7 +277,7 @@ class RayExecutor:
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """``fn`` on every item as Ray tasks (a comparison's seeds), ``workers`` in flight."""
         ray = self._ray()
-        task = ray.remote(_call).options(num_cpus=1, max_retries=self.max_retries)
+        task = ray.remote(call_task).options(num_cpus=1, max_retries=self.max_retries)
         queue = iter(items)
         pending = [task.remote(fn, item) for item in itertools.islice(queue, 2 * self.workers)]
         while pending:
@@ -364,237 +361,6 @@ class _RayStream:
     def drop_queued(self) -> None:
         """None dropped: a task Ray has not placed yet cannot be told from one measuring, and cancelling one
         that measures would leave its device to the reaper. They all run, and the loop waits for them."""
-
-
-@dataclass(eq=False)
-class _Hold:
-    actor: Any
-    ready: Any | None  # the reference to its first answer, while Ray places it; None once it answered
-    busy: bool = False
-
-
-class _Holders:
-    """The actors that keep a device runner for a campaign, at most one per job in flight, each holding the loop
-    slot or disk its runner needs for its whole life. A job goes only to one that is placed and idle, so a holder
-    Ray cannot place (a node gone, its slot with it) never keeps a job waiting while another is free."""
-
-    def __init__(self, ray: Any, name: str, settings: dict, needed: dict[str, float], size: int):
-        self.ray, self.name, self.settings, self.needed, self.size = ray, name, settings, needed, size
-        self.all: list[_Hold] = []
-        self.lost = 0
-
-    def grow(self) -> None:
-        """Up to ``size`` holders, the new ones waiting for Ray to place them (for a free slot)."""
-        while len(self.all) < self.size:
-            actor = self.ray.remote(_Holder).options(num_cpus=0, resources=self.needed, max_restarts=0).remote(
-                self.name, self.settings)
-            self.all.append(_Hold(actor, actor.node.remote()))
-
-    def idle(self) -> _Hold | None:
-        return next((h for h in self.all if h.ready is None and not h.busy), None)
-
-    def placing(self) -> dict[Any, _Hold]:
-        return {h.ready: h for h in self.all if h.ready is not None}
-
-    def answered(self, hold: _Hold) -> None:
-        """Its first answer came: placed, or dead before it measured anything (another takes its place)."""
-        try:
-            self.ray.get(hold.ready)
-            hold.ready = None
-        except self.ray.exceptions.RayError:
-            self.drop(hold)
-
-    def drop(self, hold: _Hold) -> None:
-        """A dead holder (its worker or its node died): forgotten, and another asked for in its place."""
-        self.all.remove(hold)
-        self.lost += 1
-        if self.lost > 4 * self.size + 4:  # every one dies: the cluster cannot keep an actor there
-            raise ExecutorLost(f"the Ray cluster lost {self.lost} of the actors that hold {self.name}'s devices")
-        try:
-            self.ray.kill(hold.actor, no_restart=True)
-        except Exception:  # already gone
-            pass
-        self.grow()
-
-    def release(self) -> None:
-        """Each holder closes its runner (detaches its device), then ends: waited for up to ``RELEASE_S`` (what
-        is still attached after that is the next start's reaper's, which says so)."""
-        placed = [h.actor.release.remote() for h in self.all if h.ready is None]
-        if placed:
-            self.ray.wait(placed, num_returns=len(placed), timeout=RELEASE_S)
-        for hold in self.all:
-            try:
-                self.ray.kill(hold.actor, no_restart=True)
-            except Exception:
-                pass
-        self.all = []
-
-
-class _HeldStream:
-    """A device runner's jobs on its holders: queued here until one is placed and idle, so a queued job can
-    still be withdrawn; a job whose holder died is run again on another, up to ``max_retries`` times."""
-
-    def __init__(self, executor: RayExecutor, ray: Any, holders: _Holders, workload: Workload,
-                 record: Recorder | None, board: Any = None):
-        self.executor, self.ray, self.holders, self.workload, self.record = executor, ray, holders, workload, record
-        self.board, self.name = board, holders.name
-        self._queue: deque[tuple[Job, int]] = deque()  # with the times it was tried
-        self._refs: dict[Any, tuple[Job, _Hold, int]] = {}
-
-    @property
-    def pending(self) -> int:
-        return len(self._queue) + len(self._refs)
-
-    def submit(self, job: Job) -> None:
-        self._queue.append((job, 0))
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        self.holders.grow()
-        while self._queue and (hold := self.holders.idle()) is not None:
-            job, tries = self._queue.popleft()
-            board = self.board if job.rungs is not None or job.race else None
-            hold.busy = True
-            self._refs[hold.actor.measure.remote(self.workload, job, board)] = (job, hold, tries)
-
-    def next(self) -> tuple[Job, list[Measurement]]:
-        while True:
-            self._dispatch()
-            placing = self.holders.placing()
-            ref = self.executor._wait(self.ray, [*self._refs, *placing])
-            if ref in placing:
-                self.holders.answered(placing[ref])
-                continue
-            job, hold, tries = self._refs.pop(ref)
-
-            def retried() -> bool:
-                self.holders.drop(hold)
-                if tries < self.executor.max_retries:
-                    self._queue.appendleft((job, tries + 1))
-                    return True
-                return False
-
-            measurements = self.executor._result(self.ray, ref, self.name, retried)
-            if measurements is None:
-                continue
-            hold.busy = False
-            record_all(self.record, job, measurements)
-            return job, measurements
-
-    def drop_queued(self) -> None:
-        """The jobs no holder has taken yet; those measuring run on, and the loop waits for them."""
-        self._queue.clear()
-
-
-# --- in the workers ---------------------------------------------------------------------------------
-def _node() -> str:
-    """This task's Ray node id; the worker process names its machine after it from now on (and keeps to one
-    thread of BLAS and torch: a node's worker processes share its cores)."""
-    import ray
-
-    one_thread_each()
-    node = ray.get_runtime_context().get_node_id()
-    name_this_node(node_name(node))
-    return node
-
-
-def node_name(node_id: str) -> str:
-    """A Ray node as measurements name it: its host, and the start of its id (two nodes may share a host)."""
-    return f"{socket.gethostname()}/{node_id[:6]}"
-
-
-def _measure_task(name: str, settings: dict, workload: Workload, job: Job,
-                  board: Any = None) -> tuple[list[Measurement], str]:
-    """One job in a Ray worker, as in a pool worker; its measurements name the node."""
-    node = _node()
-    return [_with_node(m, node) for m in worker_measure(name, settings, workload, job, board=board)], node
-
-
-class _Holder:
-    """A Ray actor that keeps a runner that holds a device (a loop device, a disk) for a campaign, as the local
-    executor keeps its runner: its device is set up, and warmed up, once. The runner is built at the first job, so
-    that a runner that cannot be built fails that job, as a task would."""
-
-    def __init__(self, name: str, settings: dict):
-        self.name, self.settings, self.key = name, settings, None
-
-    def node(self) -> str:
-        return _node()
-
-    def measure(self, workload: Workload, job: Job, board: Any = None) -> tuple[list[Measurement], str]:
-        node = _node()
-        self.key, runner = worker_runner(self.name, self.settings)
-        return [_with_node(m, node) for m in measure(runner, workload, job, board=board)], node
-
-    def release(self) -> None:
-        if self.key is not None:
-            release_runner(self.key)
-            self.key = None
-
-
-class _HeldBoard:
-    """The campaign's rung record, held by a Ray actor (its methods run one at a time)."""
-
-    def __init__(self, board: Any):
-        self.board = board
-
-    def judge(self, rung: int, value: float) -> bool:
-        return self.board.judge(rung, value)
-
-    def learn(self, judged: list[float], value: float) -> None:
-        self.board.learn(judged, value)
-
-    def counts(self) -> list[int]:
-        return self.board.counts()
-
-    def race(self, runs: list[float]) -> str | None:
-        return self.board.race(runs)
-
-    def offer(self, runs: list[float]) -> None:
-        self.board.offer(runs)
-
-
-class _ActorBoard:
-    """A task's handle on the campaign's rung record (a Ray actor): one call a rung."""
-
-    def __init__(self, actor: Any):
-        self.actor = actor
-
-    def judge(self, rung: int, value: float) -> bool:
-        import ray
-
-        return bool(ray.get(self.actor.judge.remote(rung, value)))
-
-    def learn(self, judged: list[float], value: float) -> None:
-        import ray
-
-        ray.get(self.actor.learn.remote(judged, value))
-
-    def counts(self) -> list[int]:
-        import ray
-
-        return list(ray.get(self.actor.counts.remote()))
-
-    def race(self, runs: list[float]) -> str | None:
-        import ray
-
-        return ray.get(self.actor.race.remote(runs))
-
-    def offer(self, runs: list[float]) -> None:
-        import ray
-
-        ray.get(self.actor.offer.remote(runs))
-
-
-def _with_node(m: Measurement, node: str) -> Measurement:
-    from dataclasses import replace
-
-    return replace(m, env={**m.env, "ray_node": node, "executor": "ray"})
-
-
-def _call(fn: Callable[[T], R], item: T) -> tuple[R, str]:
-    node = _node()  # first: what ``fn`` measures names this node
-    return fn(item), node
 
 
 def reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
