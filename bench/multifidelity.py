@@ -9,7 +9,8 @@ its first t seconds; whole, the repeat's recorded figures. The contestants, each
 - ``auto`` with ASHA over the run length (``tune --fidelity asha``: rungs ``min_run``, x ``eta``, ... the whole run;
   once the space is exhausted, the stopped runs measured whole);
 - the same with repeats as the second fidelity, ``auto+asha+repeats`` (``tune --fidelity asha --max-repeats N``): a
-  whole run that looks better than the incumbent is measured again, whole, and the best mean of the most-measured is
+  whole run that looks better than the incumbent (once the space is exhausted, one within noise of it) is measured
+  again, whole, and the best mean of the most-measured is
   reported;
 - Optuna's TPE with its ``HyperbandPruner``, told each second's mean as an intermediate value (the natural peer),
   set up as its users would: its defaults (a shortest budget of 1 step, reduction factor 3), told the run's length;
@@ -326,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--guard", type=int, default=GUARD, help="auto+asha: a rung stops runs only while the best "
                         "this many whole runs would pass it (tune's default; 0: plain ASHA).")
     parser.add_argument("--max-repeats", type=int, default=2, help="auto+asha+repeats: measure a whole run that "
-                        "looks better than the incumbent again, whole, up to this many runs (tune --max-repeats; the "
-                        "reported best is then the best mean of the most-measured).")
+                        "looks better than the incumbent again, whole, up to this many runs, and once the space is "
+                        "exhausted those within noise of it (tune --max-repeats; the reported best is then the best "
+                        "mean of the most-measured).")
     parser.add_argument("--within", type=float, default=None, help="Near-optimal: within this fraction of the best "
                         "(default: the share rule of bench/compare_algorithms.py, 0.1%% to 1%% of the table, at least one)")
     parser.add_argument("--setup-s", default="0", help="Device-seconds each run costs besides its timed "

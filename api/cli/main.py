@@ -115,7 +115,8 @@ def tune(
     repeats: Annotated[int, typer.Option(help="Measurements per configuration.")] = 1,
     max_repeats: Annotated[Optional[int], typer.Option(
         help="Adaptive repeats: a configuration that looks better than the best so far is measured again, up "
-             "to this many runs, before it replaces it; each re-measurement is one evaluation of the budget.")] = None,
+             "to this many runs, before it replaces it (and once the space is exhausted, those within noise of it); "
+             "each re-measurement is one evaluation of the budget.")] = None,
     parallel: Annotated[int, typer.Option(help="Configurations measured at once, in worker processes or Ray "
                                                "tasks.")] = 1,
     executor_kind: ExecutorOpt = None,

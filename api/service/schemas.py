@@ -41,7 +41,8 @@ class CampaignCreate(BaseModel):
     repeats: int = Field(1, ge=1, le=100, description="Measurements per configuration.")
     max_repeats: int | None = Field(None, ge=1, le=100, description=(
         "Adaptive repeats: a configuration that looks better than the best so far is measured again, up to this "
-        "many runs, before it replaces it; each re-measurement is one evaluation of the budget."))
+        "many runs, before it replaces it (and once the space is exhausted, those within noise of it); each "
+        "re-measurement is one evaluation of the budget."))
     parallel: int = Field(1, ge=1, le=256, description="Configurations measured at once, in worker processes.")
     metric: str | None = Field(None, description="The metric to optimise (default: the runner's first).")
     direction: Literal["min", "max"] | None = None

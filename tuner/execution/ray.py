@@ -19,7 +19,7 @@ it resumes).
 
 An embedded cluster authenticates with a token of its own, passed by the environment to the processes
 it starts: Ray's default would write ``~/.ray/auth_token``, after which every plain ``ray start --head``
-of the user's turns token authentication on. Ray is imported here and in the two modules beside it only.
+of the user's turns token authentication on. Ray is imported here and in ray_workers.py only.
 
 ``python -m storetune.tuner.execution.ray watch ADDRESS`` prints the cluster's state (``cluster_state``) as one
 JSON line every few seconds: the service reads it from that process, so Ray never runs inside it.

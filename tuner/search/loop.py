@@ -310,8 +310,8 @@ class Shortened:
     the rung record its runs were judged on (each measurement's ``judged``): a resume judges and tells as the first
     run did.
 
-    Once the algorithm has nothing new to propose (the space is exhausted), the stopped runs are measured whole, the
-    most promising first (``promote``): the furthest rung reached, then the best standing in that rung's record. This
+    Once the algorithm has nothing new to propose (the space is exhausted), and after the finalists of adaptive repeats
+    (``_Races.finalist``), the stopped runs are measured whole, the most promising first (``promote``): the furthest rung reached, then the best standing in that rung's record. This
     is ASHA's promoting form, and what a rung got wrong is put right while budget is left: on varmail
     (datasets/loop-storage-ts) every configuration the rungs cost a search was the best one, stopped early. A device
     run cannot be resumed where it was stopped, so a promoted run is a new whole run, and costs one."""
