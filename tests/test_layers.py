@@ -117,6 +117,8 @@ def test_datasets_is_a_data_folder_not_a_package():
 
 
 def test_ray_is_imported_only_by_the_ray_executor():
+    """The executor, and what runs in its workers (ray_workers.py); the driver's side of the holders gets Ray from
+    the executor."""
     importers = sorted(path for package in LAYERS for path in (ROOT / package).rglob("*.py")
                        if {n.split(".")[0] for n in modules_imported(path)} & {"ray"})
-    assert [str(p.relative_to(ROOT)) for p in importers] == ["tuner/execution/ray.py"]
+    assert [str(p.relative_to(ROOT)) for p in importers] == ["tuner/execution/ray.py", "tuner/execution/ray_workers.py"]

@@ -5,15 +5,25 @@ campaign (``DeviceHolder``, in tuner/execution/ray_workers.py), and the stream t
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from storetune.runners import Measurement, Workload
 from storetune.tuner.execution.jobs import ExecutorLost, Job, Recorder, record_all
 from storetune.tuner.execution.ray_workers import DeviceHolder
 
-if TYPE_CHECKING:
-    from storetune.tuner.execution.ray import RayExecutor
+
+class Driver(Protocol):
+    """What a held stream asks of its executor (``RayExecutor``): to wait for a result while the head answers, and
+    to read a job's measurements (None: its holder died and ``retried`` ran it again)."""
+
+    max_retries: int
+
+    def _wait(self, ray: Any, refs: list[Any]) -> Any: ...
+
+    def _result(self, ray: Any, ref: Any, runner_name: str,
+                retried: Callable[[], bool] | None = None) -> list[Measurement] | None: ...
 
 RELEASE_S = 60.0  # how long closing waits for the holders to detach their devices (a run ends first)
 
@@ -86,7 +96,7 @@ class HeldStream:
     """A device runner's jobs on its holders: queued here until one is placed and idle, so a queued job can
     still be withdrawn; a job whose holder died is run again on another, up to ``max_retries`` times."""
 
-    def __init__(self, executor: RayExecutor, ray: Any, holders: Holders, workload: Workload,
+    def __init__(self, executor: Driver, ray: Any, holders: Holders, workload: Workload,
                  record: Recorder | None, board: Any = None):
         self.executor, self.ray, self.holders, self.workload, self.record = executor, ray, holders, workload, record
         self.board, self.name = board, holders.name
