@@ -44,7 +44,10 @@ def test_an_exhausted_space_promotes_the_stopped_runs_furthest_rung_first_and_te
     # the furthest rung first: no promoted run stopped at a rung before one still waiting that reached further
     reached = {t.number: t.measurements[0].env["stopped_at_rung"] for t in trials if t.measurements[0].status == "STOPPED"}
     waiting = [reached[t.number] for t in trials if t.status == Status.STOPPED.value]
-    assert [reached[n] for n in order] == sorted((reached[n] for n in order), reverse=True)
+    # (with two workers, a run still in flight when the space ran out can be stopped further on after the first
+    # promotion was chosen: the order may rise once for each other worker, never more)
+    levels = [reached[n] for n in order]
+    assert sum(b > a for a, b in zip(levels, levels[1:])) <= workers - 1, levels
     assert min(reached[n] for n in order) >= max(waiting, default=0)
     # the algorithm knows each promoted configuration by its whole run, and a resume settles nothing differently
     told = {o.config: o.loss for o in tuner.observations}
