@@ -285,9 +285,10 @@ def test_asha_on_a_runner_without_run_lengths_or_a_schedule_that_does_not_fit_is
 
 
 def test_asha_with_max_repeats_measures_the_finalists_again_whole_and_reports_the_best_mean(sqlite_url, tmp_path):
-    """Repeats as the second fidelity: a whole run that looks better than the incumbent is measured again, whole and
-    unjudged; each re-measurement is an evaluation; the best is the best mean of the most-measured; the rungs learn
-    each trial's first run once, on a resume as well."""
+    """Repeats as the second fidelity: the budget's end is kept for them (the space, 60 configurations, is not
+    exhausted in 30); there a whole run that looks better than the incumbent is measured again, whole and unjudged;
+    each re-measurement is an evaluation; the best is the best mean of the most-measured; the rungs learn each
+    trial's first run once, on a resume as well."""
     import json
 
     from conftest import run_cli
@@ -302,7 +303,8 @@ def test_asha_with_max_repeats_measures_the_finalists_again_whole_and_reports_th
     summary = json.loads(out.stdout.splitlines()[-1])
     trials = History(sqlite_url).trials(summary["campaign"], measurements=True)
     again = [t for t in trials if len(t.measurements) == 2]
-    assert again and all(t.status == "SUCCEEDED" for t in again)
+    assert len(trials) == 27 and len(again) == 3  # FINALISTS x (max repeats - 1) evaluations kept for them
+    assert all(t.status == "SUCCEEDED" and t.whole_runs == 2 for t in again)
     assert all(run_seconds([m]) == 9 for t in again for m in t.measurements)  # whole runs, device-seconds counted
     assert all("judged" not in t.measurements[1].env for t in again)  # measured whole, no rung judged it
     assert all(len(t.measurements) == 1 for t in trials if t.status == "STOPPED")

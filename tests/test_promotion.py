@@ -97,3 +97,32 @@ def test_with_max_repeats_the_most_measured_rule_counts_whole_runs_not_a_promote
     assert most == 2 and summary["best_runs"] == 2 and summary["best_value"] == expected.value
     assert best_trial(trials, "max", most_measured=True).id == expected.id
     assert history.best_trial(summary["campaign"], "max", most_measured=True).id == expected.id
+
+
+def test_with_rungs_repeats_wait_until_the_space_is_exhausted_and_come_after_the_promotions(tmp_path):
+    """Repeats are the second fidelity: no configuration is measured again while the search still proposes new ones
+    (that would spend device time before the best is found); once the space is exhausted, the races go first (the
+    incumbent, then what looks better than it), the stopped runs are promoted between them, and whole runs are
+    measured again up to the cap."""
+    from storetune.runners import make_runner
+    from storetune.tuner.algorithms.registry import make_tuner
+    from storetune.tuner.history.memory import MemoryStore
+    from storetune.tuner.objectives.fidelity import Rungs
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import run_loop
+
+    runner = make_runner("dataset", dataset=[str(_series_table(tmp_path / "measurements.csv", seed=5, repeats=2))])
+    store, order = MemoryStore(), []
+    outcome = run_loop(campaign_id=0, tuner=make_tuner("auto", runner.space, seed=2, direction="max"), runner=runner,
+                       objective=Objective("ops_per_s", "max"), store=store, budget=200, repeats=1, batch_size=1,
+                       seed=2, fidelity=Rungs((1, 3, 9), burn_in=0, guard=0), max_repeats=3,
+                       on_trial=lambda r: order.append((r.number, r.remeasured, r.runs)))
+    trials = {t.number: t for t in store.trials(measurements=True)}
+    fresh = [k for k, (_, again, _) in enumerate(order) if not again]
+    assert len(fresh) == 60 and fresh == list(range(60))  # every new configuration before any further run
+    # a promotion is a stopped trial's second measurement; a repeat, any further whole run
+    kinds = ["promoted" if runs == 2 and trials[n].measurements[0].status == "STOPPED" else "repeat"
+             for n, _, runs in order[60:]]
+    assert "promoted" in kinds and "repeat" in kinds
+    assert kinds[0] == "repeat", kinds  # a race ended at one run each: the incumbent is measured again first
+    assert max(t.whole_runs for t in trials.values()) <= 3 and "exhausted" in (outcome.note or "")

@@ -61,6 +61,9 @@ def next_remeasure(standings: Iterable[Standing], direction: str, max_repeats: i
 
 
 FINALIST_Z = 2.0  # a finalist's mean is within this many standard errors of the incumbent's
+# with rungs, the budget's end is kept for this many configurations' further runs (a round number, not tuned: on the
+# replayed tables the space runs out first)
+FINALISTS = 3
 
 
 def next_finalist(standings: Iterable[Standing], direction: str, max_repeats: int, run_sd: float | None,

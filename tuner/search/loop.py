@@ -20,7 +20,8 @@ from storetune.tuner.algorithms.base import Tuner
 from storetune.tuner.execution.jobs import Executor, Job, board_lost, repeat_seeds
 from storetune.tuner.execution.local import LocalExecutor
 from storetune.tuner.objectives.fidelity import Rungs, SuccessiveHalving, told_value
-from storetune.tuner.objectives.intensify import RepeatRace, Standing, incumbent, next_finalist, next_remeasure
+from storetune.tuner.objectives.intensify import (FINALISTS, RepeatRace, Standing, incumbent, next_finalist,
+                                                  next_remeasure)
 from storetune.tuner.objectives.objective import MultiObjective, Objective, whole_runs
 from storetune.tuner.history.views import TrialStore, TrialView
 
@@ -109,9 +110,12 @@ def run_loop(
     against the others' and stopped short where it is not in their best 1/eta: the trial is STOPPED, and the
     algorithm is told its value at the rung, never better than the worst full-length run (``told_value``).
     ``budget_s`` stops starting trials once the runs have taken that many device-seconds (run lengths), with
-    ``device_s`` taken already (a resume's). With ``max_repeats`` as well, repeats are the second fidelity: a whole
-    run that looks better than the incumbent is measured again, whole, as adaptive repeats do, so the reported best
-    rests on more than one run's noise.
+    ``device_s`` taken already (a resume's). With ``max_repeats`` as well, repeats are the second fidelity, spent at the
+    end: once nothing new can be asked, or the budget left is the finalists' (``_finalists_left``), the whole runs
+    that look better than the incumbent are raced, the stopped runs promoted and the finalists measured again (in the
+    budget's kept end, the finalists before the stopped runs), so the reported best rests on more than one run's
+    noise. Racing them at once would spend device time on re-measurements before the search had found the best
+    (bench/multifidelity.py).
 
     With ``race`` (repeats as a fidelity), a configuration's repeats race the incumbent's run by run in the worker,
     and stop where a Wilcoxon signed-rank test says it is worse: its trial keeps the runs it took, and says why."""
@@ -139,9 +143,22 @@ def run_loop(
     batches = not executor.asynchronous or tuner.whole_batches
     in_flight: dict[int, TrialView] = {}
     ask_share: dict[int, float] = {}
-    exhausted = False
+    exhausted = closing = False
     host_error: HostUnavailable | None = None
     promoted: set[int] = set()  # stopped trials being measured whole, once the space is exhausted
+
+    def promote(busy: set[int]) -> TrialView | None:  # a stopped run to measure whole
+        chosen = None if short is None else short.promote(busy=busy)
+        if chosen is not None:
+            promoted.add(chosen.id)
+        return chosen
+
+    def challenger(busy: set[int]) -> TrialView | None:  # with rungs, the races held back until now
+        return None if races is None or short is None else races.next(busy=busy)
+
+    def finalist(busy: set[int]) -> TrialView | None:
+        return None if races is None else races.finalist(busy=busy)
+
     while True:
         starting: list[TrialView] = []
         while (host_error is None and not outcome.stopped
@@ -152,12 +169,16 @@ def run_loop(
             if not starting and stop is not None and stop():
                 outcome.stopped = True
                 break
-            # a resume's queued trials first (they were in flight before), then re-measurements
-            again = None if races is None or queue else races.next(busy=set(in_flight) | {t.id for t in starting})
+            # a resume's queued trials first (they were in flight before), then re-measurements (with rungs they wait
+            # for the end: repeats are the second fidelity, spent on the configurations the first one left standing)
+            busy = set(in_flight) | {t.id for t in starting}
+            again = None if races is None or queue or short is not None else races.next(busy=busy)
             if again is not None:  # a re-measurement: the trial keeps its state and counts one evaluation
                 starting.append(again)
                 continue
-            if not queue and not exhausted:
+            closing = fidelity is not None and races is not None and _finalists_left(
+                outcome, len(busy), budget, budget_s, races.max_repeats, fidelity.lengths[-1])
+            if not queue and not exhausted and not closing:
                 room = min(batch_size - len(in_flight) - len(starting),
                            budget - outcome.evaluated - len(in_flight) - len(starting))
                 started = time.perf_counter()
@@ -167,13 +188,10 @@ def run_loop(
                     queue = list(store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs]))
                     share = (time.perf_counter() - started) / len(configs)
                     ask_share.update({t.id: share for t in queue})
-            if not queue:  # nothing new to measure: the finalists measured again, then stopped runs measured whole
-                busy = set(in_flight) | {t.id for t in starting}
-                again = None if races is None else races.finalist(busy=busy)
-                if again is None and short is not None:
-                    again = short.promote(busy=busy)
-                    if again is not None:
-                        promoted.add(again.id)
+            if not queue:  # nothing new to measure: a race, then a stopped run measured whole, then a finalist (in
+                # the budget's end kept for the finalists, the finalists before the stopped runs)
+                again = challenger(busy) or (finalist(busy) or promote(busy) if closing
+                                             else promote(busy) or finalist(busy))
                 if again is None:
                     break
                 starting.append(again)
@@ -280,7 +298,21 @@ def run_loop(
                         f"({outcome.device_s:.0f} s)")
     elif exhausted:
         outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
+    elif closing and outcome.evaluated < budget:
+        outcome.note = (f"the budget's end was kept for the finalists' runs; none was left within noise of the best "
+                        f"after {outcome.evaluated} evaluations")
     return outcome
+
+
+def _finalists_left(outcome: LoopOutcome, busy: int, budget: int, budget_s: float | None, max_repeats: int,
+                    whole_s: float) -> bool:
+    """With rungs and adaptive repeats: whether the budget left is only the finalists' (``FINALISTS`` configurations
+    measured whole up to ``max_repeats`` times), so that nothing new is asked: a device campaign's space is seldom
+    exhausted, and its reported best would otherwise rest on one run."""
+    runs = FINALISTS * (max_repeats - 1)
+    if budget - outcome.evaluated - busy <= runs:
+        return True
+    return budget_s is not None and budget_s - outcome.device_s <= runs * whole_s
 
 
 def _measurements(t: TrialView) -> list[Measurement]:
@@ -310,11 +342,12 @@ class Shortened:
     the rung record its runs were judged on (each measurement's ``judged``): a resume judges and tells as the first
     run did.
 
-    Once the algorithm has nothing new to propose (the space is exhausted), and after the finalists of adaptive repeats
-    (``_Races.finalist``), the stopped runs are measured whole, the most promising first (``promote``): the furthest rung reached, then the best standing in that rung's record. This
-    is ASHA's promoting form, and what a rung got wrong is put right while budget is left: on varmail
-    (datasets/loop-storage-ts) every configuration the rungs cost a search was the best one, stopped early. A device
-    run cannot be resumed where it was stopped, so a promoted run is a new whole run, and costs one."""
+    Once the algorithm has nothing new to propose (the space is exhausted), the stopped runs are measured whole, the
+    most promising first (``promote``): the furthest rung reached, then the best standing in that rung's record; the
+    races of adaptive repeats (``_Races``) go before them, its finalists after them. This is ASHA's promoting form,
+    and what a rung got wrong is put right while budget is left: on varmail (datasets/loop-storage-ts) every
+    configuration the rungs cost a search was the best one, stopped early. A device run cannot be resumed where it
+    was stopped, so a promoted run is a new whole run, and costs one."""
 
     def __init__(self, rungs: Rungs, objective: Objective, finished: Sequence[TrialView] = ()):
         self.rungs, self.metric, self.direction = rungs, objective.metric, objective.direction
