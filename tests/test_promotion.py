@@ -99,7 +99,7 @@ def test_with_max_repeats_the_most_measured_rule_counts_whole_runs_not_a_promote
     assert history.best_trial(summary["campaign"], "max", most_measured=True).id == expected.id
 
 
-def test_with_rungs_repeats_wait_until_the_space_is_exhausted_and_come_after_the_promotions(tmp_path):
+def test_with_rungs_repeats_wait_until_the_space_is_exhausted_and_the_incumbent_s_race_goes_first(tmp_path):
     """Repeats are the second fidelity: no configuration is measured again while the search still proposes new ones
     (that would spend device time before the best is found); once the space is exhausted, the races go first (the
     incumbent, then what looks better than it), the stopped runs are promoted between them, and whole runs are
@@ -126,3 +126,28 @@ def test_with_rungs_repeats_wait_until_the_space_is_exhausted_and_come_after_the
     assert "promoted" in kinds and "repeat" in kinds
     assert kinds[0] == "repeat", kinds  # a race ended at one run each: the incumbent is measured again first
     assert max(t.whole_runs for t in trials.values()) <= 3 and "exhausted" in (outcome.note or "")
+
+
+@pytest.mark.parametrize(("budget", "batch", "new"), [(3, 1, 2), (12, 4, 9)])
+def test_the_budget_s_kept_end_holds_re_measurements_and_never_swallows_a_small_budget(tmp_path, budget, batch, new):
+    """With rungs and adaptive repeats the budget's end is kept for re-measurements (three configurations' further
+    runs, at most half the budget): a batch of new configurations stops short of it, and a budget of 3 still measures
+    two configurations and spends its third evaluation again on one of them."""
+    from storetune.runners import make_runner
+    from storetune.tuner.algorithms.registry import make_tuner
+    from storetune.tuner.execution.local import LocalExecutor
+    from storetune.tuner.history.memory import MemoryStore
+    from storetune.tuner.objectives.fidelity import Rungs
+    from storetune.tuner.objectives.objective import Objective
+    from storetune.tuner.search.loop import kept_runs, run_loop
+
+    runner = make_runner("dataset", dataset=[str(_series_table(tmp_path / "measurements.csv", seed=5, repeats=2))])
+    store = MemoryStore()
+    outcome = run_loop(campaign_id=0, tuner=make_tuner("random", runner.space, seed=1, direction="max"),
+                       runner=runner, objective=Objective("ops_per_s", "max"), store=store, budget=budget, repeats=1,
+                       batch_size=batch, seed=1, executor=LocalExecutor(), fidelity=Rungs((1, 3, 9), guard=0),
+                       max_repeats=2)
+    trials = store.trials(measurements=True)
+    assert kept_runs(budget, 2) == budget - new
+    assert outcome.evaluated == budget and len(trials) == new
+    assert sum(len(t.measurements) for t in trials) == budget  # the kept end measured what was there again

@@ -93,8 +93,8 @@ def run_loop(
     pending or re-run after a crash), ``evaluated`` the finished trials that already count.
 
     With ``max_repeats`` (adaptive repeats, tuner/intensify.py), a challenger that looks better than
-    the incumbent is measured again before the algorithm is asked for anything new; each such
-    re-measurement is one evaluation of the budget, and the algorithm is told the trial's new mean.
+    the incumbent is measured again before the algorithm is asked for anything new (with rungs, at the end: below);
+    each such re-measurement is one evaluation of the budget, and the algorithm is told the trial's new mean.
     ``finished`` holds the trials measured before a resume, with their measurements, for the races.
 
     An asynchronous executor (worker processes, Ray) keeps ``batch_size`` trials in flight: as each
@@ -111,11 +111,11 @@ def run_loop(
     algorithm is told its value at the rung, never better than the worst full-length run (``told_value``).
     ``budget_s`` stops starting trials once the runs have taken that many device-seconds (run lengths), with
     ``device_s`` taken already (a resume's). With ``max_repeats`` as well, repeats are the second fidelity, spent at the
-    end: once nothing new can be asked, or the budget left is the finalists' (``_finalists_left``), the whole runs
-    that look better than the incumbent are raced, the stopped runs promoted and the finalists measured again (in the
-    budget's kept end, the finalists before the stopped runs), so the reported best rests on more than one run's
-    noise. Racing them at once would spend device time on re-measurements before the search had found the best
-    (bench/multifidelity.py).
+    end: once nothing new can be asked, the whole runs that look better than the incumbent are raced, the stopped runs
+    promoted and the finalists measured again, so the reported best rests on more than one run's noise; in the
+    budget's kept end (``kept_runs``), a race or a finalist that is due goes before anything new, and before the
+    stopped runs. Racing them at once would spend device time on re-measurements before the search had found the
+    best (bench/multifidelity.py).
 
     With ``race`` (repeats as a fidelity), a configuration's repeats race the incumbent's run by run in the worker,
     and stop where a Wilcoxon signed-rank test says it is worse: its trial keeps the runs it took, and says why."""
@@ -143,7 +143,7 @@ def run_loop(
     batches = not executor.asynchronous or tuner.whole_batches
     in_flight: dict[int, TrialView] = {}
     ask_share: dict[int, float] = {}
-    exhausted = closing = False
+    exhausted = False
     host_error: HostUnavailable | None = None
     promoted: set[int] = set()  # stopped trials being measured whole, once the space is exhausted
 
@@ -176,11 +176,18 @@ def run_loop(
             if again is not None:  # a re-measurement: the trial keeps its state and counts one evaluation
                 starting.append(again)
                 continue
-            closing = fidelity is not None and races is not None and _finalists_left(
-                outcome, len(busy), budget, budget_s, races.max_repeats, fidelity.lengths[-1])
-            if not queue and not exhausted and not closing:
-                room = min(batch_size - len(in_flight) - len(starting),
-                           budget - outcome.evaluated - len(in_flight) - len(starting))
+            kept = 0 if fidelity is None or races is None else kept_runs(budget, races.max_repeats)
+            closing = bool(kept) and _in_kept_end(outcome, len(busy), budget, budget_s, kept,
+                                                  fidelity.lengths[-1])  # type: ignore[union-attr]
+            if closing and not queue:  # the budget's kept end: a re-measurement that is due goes first
+                again = challenger(busy) or finalist(busy) or promote(busy)
+                if again is not None:
+                    starting.append(again)
+                    continue
+            if not queue and not exhausted:
+                left = budget - outcome.evaluated - len(busy)
+                # one at a time in the kept end (a re-measurement may fall due); before it, a batch stops short of it
+                room = 1 if closing else min(batch_size - len(busy), left - kept)
                 started = time.perf_counter()
                 configs = tuner.ask(room)
                 exhausted = not configs
@@ -188,10 +195,8 @@ def run_loop(
                     queue = list(store.add_trials(campaign_id, configs, [trial_seed(seed, c) for c in configs]))
                     share = (time.perf_counter() - started) / len(configs)
                     ask_share.update({t.id: share for t in queue})
-            if not queue:  # nothing new to measure: a race, then a stopped run measured whole, then a finalist (in
-                # the budget's end kept for the finalists, the finalists before the stopped runs)
-                again = challenger(busy) or (finalist(busy) or promote(busy) if closing
-                                             else promote(busy) or finalist(busy))
+            if not queue:  # nothing new to measure: a race, then a stopped run measured whole, then a finalist
+                again = challenger(busy) or promote(busy) or finalist(busy)
                 if again is None:
                     break
                 starting.append(again)
@@ -298,21 +303,23 @@ def run_loop(
                         f"({outcome.device_s:.0f} s)")
     elif exhausted:
         outcome.note = f"the search space was exhausted after {outcome.evaluated} trials"
-    elif closing and outcome.evaluated < budget:
-        outcome.note = (f"the budget's end was kept for the finalists' runs; none was left within noise of the best "
-                        f"after {outcome.evaluated} evaluations")
     return outcome
 
 
-def _finalists_left(outcome: LoopOutcome, busy: int, budget: int, budget_s: float | None, max_repeats: int,
-                    whole_s: float) -> bool:
-    """With rungs and adaptive repeats: whether the budget left is only the finalists' (``FINALISTS`` configurations
-    measured whole up to ``max_repeats`` times), so that nothing new is asked: a device campaign's space is seldom
-    exhausted, and its reported best would otherwise rest on one run."""
-    runs = FINALISTS * (max_repeats - 1)
-    if budget - outcome.evaluated - busy <= runs:
+def kept_runs(budget: int, max_repeats: int) -> int:
+    """With rungs and adaptive repeats, the evaluations at the budget's end where a re-measurement that is due goes
+    before anything new: ``FINALISTS`` configurations' further runs, at most half the budget."""
+    return min(FINALISTS * (max_repeats - 1), budget // 2)
+
+
+def _in_kept_end(outcome: LoopOutcome, busy: int, budget: int, budget_s: float | None, kept: int,
+                 whole_s: float) -> bool:
+    """Whether the budget left is the kept end (``kept_runs``, in device-seconds as many whole runs, at most half of
+    ``budget_s``; the runs in flight counted by number, not by what they will take): a device campaign's space is
+    seldom exhausted, and its reported best would otherwise rest on one run."""
+    if budget - outcome.evaluated - busy <= kept:
         return True
-    return budget_s is not None and budget_s - outcome.device_s <= runs * whole_s
+    return budget_s is not None and budget_s - outcome.device_s <= min(kept * whole_s, budget_s / 2)
 
 
 def _measurements(t: TrialView) -> list[Measurement]:
