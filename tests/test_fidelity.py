@@ -295,7 +295,8 @@ def test_asha_with_max_repeats_measures_the_finalists_again_whole_and_reports_th
     from storetune.runners import Status
     from storetune.tuner.history.store import History
     from storetune.tuner.objectives.objective import Objective
-    from storetune.tuner.search.loop import Shortened, run_seconds
+    from storetune.tuner.search.loop import run_seconds
+    from storetune.tuner.search.remeasure import Shortened
 
     table = _series_table(tmp_path / "measurements.csv", seed=5, repeats=2)
     out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", "--max-repeats", "2", "--budget", "30",
@@ -324,7 +325,7 @@ def test_a_resumed_campaign_rebuilds_the_rung_record_and_what_stopped_runs_were_
     from storetune.search_spaces import Config
     from storetune.tuner.history.store import History
     from storetune.tuner.objectives.objective import Objective
-    from storetune.tuner.search.loop import Shortened
+    from storetune.tuner.search.remeasure import Shortened
 
     table = _series_table(tmp_path / "measurements.csv")
     out = run_cli("tune", "--dataset", str(table), "--fidelity", "asha", "--budget", "30", "--seed", "3", "--json",
@@ -353,7 +354,8 @@ def test_an_interrupted_asha_campaign_resumes_within_the_device_seconds_it_was_g
     from storetune.tuner.history.store import History
     from storetune.tuner.search.campaign import Campaign
     from storetune.tuner.search.spec import CampaignSpec
-    from storetune.tuner.search.loop import _measurements, run_seconds
+    from storetune.tuner.search.loop import run_seconds
+    from storetune.tuner.search.remeasure import stored_measurements as _measurements
 
     table = _series_table(tmp_path / "measurements.csv")
     history = History(sqlite_url)

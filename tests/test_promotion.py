@@ -19,7 +19,9 @@ def test_an_exhausted_space_promotes_the_stopped_runs_furthest_rung_first_and_te
     from storetune.tuner.history.memory import MemoryStore
     from storetune.tuner.objectives.fidelity import Rungs
     from storetune.tuner.objectives.objective import Objective
-    from storetune.tuner.search.loop import Shortened, run_loop, run_seconds, settle, _measurements
+    from storetune.tuner.search.loop import run_loop, run_seconds, settle
+    from storetune.tuner.search.remeasure import Shortened
+    from storetune.tuner.search.remeasure import stored_measurements as _measurements
 
     runner = make_runner("dataset", dataset=[str(_series_table(tmp_path / "measurements.csv"))])
     rungs, objective = Rungs((1, 3, 9)), Objective("ops_per_s", "max")

@@ -25,9 +25,8 @@ from storetune.tuner.history.store import History
 from storetune.tuner.objectives.fidelity import RungError, Rungs, watchable
 from storetune.tuner.objectives.intensify import RepeatRace, check_max_repeats
 from storetune.tuner.history.memory import MemoryStore
-from storetune.tuner.search.loop import (
-    Shortened, TrialResult, _measurements, run_loop, run_seconds, settle, trial_seed,
-)
+from storetune.tuner.search.loop import TrialResult, run_loop, run_seconds, settle, trial_seed
+from storetune.tuner.search.remeasure import Shortened, stored_measurements
 from storetune.tuner.history.views import CampaignView, TrialView
 from storetune.tuner.objectives.objective import MultiObjective, Objective, campaign_objective, resolve_objective
 from storetune.tuner.algorithms.base import Tuner
@@ -241,7 +240,7 @@ class Campaign:
             if short is not None and (told := short.told(Config(t.config))) is not None:
                 self.tuner.tell(Config(t.config), told)
                 continue
-            vector = self.objective.vector(_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
+            vector = self.objective.vector(stored_measurements(t)) if pareto and t.status == "SUCCEEDED" else None
             self.tuner.tell(Config(t.config), t.value, Status(t.status), vector)
         retried = {t.retry_of for t in trials if t.retry_of is not None}
         stale = [t for t in trials if t.status == Status.STALE.value and t.id not in retried]
@@ -272,7 +271,7 @@ class Campaign:
                 finished=finished if adaptive or rec.fidelity else (),
                 fidelity=rungs,
                 budget_s=(rec.fidelity or {}).get("budget_s"),
-                device_s=run_seconds([m for t in trials for m in _measurements(t)]) if rec.fidelity else 0.0,
+                device_s=run_seconds([m for t in trials for m in stored_measurements(t)]) if rec.fidelity else 0.0,
                 race=RepeatRace(rec.objective_direction, rec.repeats)
                 if (rec.fidelity or {}).get("race", "none") != "none" else None,
             )
