@@ -70,8 +70,7 @@ def pruned_tpe(task: Any, runner: Any) -> list[tuple[tuple[float, ...], float | 
         else:  # whole repeats, one step each, up to the table's repeats
             pruned, runs, lengths = False, [], []
             for r in range(repeats):
-                m = runner.run(config, runner.workload, seed=seed + r,  # each run a recording the others did not draw
-                               earlier_seeds=tuple(seed + q for q in range(r)))
+                m = runner.run(config, runner.workload, seed=seed + r)
                 lengths.append(m.duration_s or full)
                 if m.status.value != "SUCCEEDED":
                     break

@@ -67,10 +67,7 @@ class Runner(Protocol):
     device: str  # what the history compares campaigns by, beside the workload (warm starts): the runner's name,
     # or the device it formats
 
-    def run(self, config: Config, workload: Workload, *, seed: int, earlier_seeds: Sequence[int] = ()) -> Measurement:
-        """One run with ``seed``; ``earlier_seeds`` are the seeds of the same trial's runs before it (a replay draws a
-        recording none of them drew while one is left; a device's runs are independent whatever they were)."""
-        ...
+    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement: ...
 
     def resources(self) -> dict[str, float]:
         """What one measurement occupies beyond a CPU, as cluster resources (a loop slot, a disk); {} for none."""
@@ -131,7 +128,7 @@ class WatchedRunner(Protocol):
         ...
 
     def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
-                    go_on: GoOn, earlier_seeds: Sequence[int] = ()) -> Measurement: ...
+                    go_on: GoOn) -> Measurement: ...
 
 
 class HostUnavailable(Exception):
@@ -191,21 +188,20 @@ class RunnerBase:
         self._settings = settings
         self.device = self.name
 
-    def run(self, config: Config, workload: Workload, *, seed: int, earlier_seeds: Sequence[int] = ()) -> Measurement:
+    def run(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         try:
             config = self.space.validate(config)
         except InvalidConfig as e:
             return Measurement.failed(Status.INVALID, str(e))
         try:
-            return self.measure(config, workload, seed=seed, earlier_seeds=earlier_seeds)
+            return self.measure(config, workload, seed=seed)
         except HostUnavailable:  # not the configuration's doing: the campaign stops, the trial is re-run
             raise
         except Exception as e:  # a crash is data about the configuration: keep the trial, say why
             return raised(self.name, e)
 
-    def measure(self, config: Config, workload: Workload, *, seed: int, earlier_seeds: Sequence[int] = ()
-                ) -> Measurement:
-        """Measure a configuration already validated against the space (``earlier_seeds``: as ``Runner.run``)."""
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
+        """Measure a configuration already validated against the space."""
         raise NotImplementedError
 
     def settings(self) -> dict[str, Any]:

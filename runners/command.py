@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from storetune.runners.base import Direction, Measurement, RunnerBase, Status, Workload, host_environment, kill_group
@@ -77,8 +76,7 @@ class CommandRunner(RunnerBase):
             "workload": self.workload.name,
         }
 
-    def measure(self, config: Config, workload: Workload, *, seed: int, earlier_seeds: Sequence[int] = ()
-                ) -> Measurement:
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         env = {**os.environ, "STORETUNE_CONFIG": json.dumps(config.to_dict()), "STORETUNE_SEED": str(seed)}
         env.update({f"STORETUNE_{k.upper()}": str(v) for k, v in config.items()})
         record = {**host_environment(), "engine": "command", "command": self.command, "seed": seed}

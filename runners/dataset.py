@@ -14,24 +14,9 @@ from storetune.runners.tables import Table, load_table
 from storetune.search_spaces import Config
 
 
-def draw_repeat(recorded: int, seed: int, earlier_seeds: Sequence[int] = ()) -> int:
-    """Which of a configuration's ``recorded`` repeats a run replays: one that the trial's earlier runs (their seeds,
-    in order) did not draw, at random with the run's seed, while one is left; then the draws start over. A device's
-    runs are each new: a replay that drew one recording twice would show a configuration measured twice with no
-    noise at all (with two recordings, half the time). A trial's first run draws uniformly, as it always did."""
-    drawn: list[int] = []
-    for s in (*earlier_seeds, seed):
-        if len(drawn) == recorded:
-            drawn = []
-        left = [i for i in range(recorded) if i not in drawn]
-        drawn.append(left[int(np.random.default_rng(s).integers(len(left)))])
-    return drawn[-1]
-
-
 class DatasetRunner(RunnerBase):
     """The fast, offline environment: each evaluation draws one repeat of the configuration with
-    the given seed, which models measurement noise; the mean of the repeats is the ground truth. A trial's
-    runs draw different repeats while there are any left (``draw_repeat``)."""
+    the given seed, which models measurement noise; the mean of the repeats is the ground truth."""
 
     name: ClassVar[str] = "dataset"
     replays: ClassVar[bool] = True
@@ -72,8 +57,7 @@ class DatasetRunner(RunnerBase):
 
         return dataset_fingerprint(self.table.sources[0].parent, self.workload.name)
 
-    def measure(self, config: Config, workload: Workload, *, seed: int, earlier_seeds: Sequence[int] = ()
-                ) -> Measurement:
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         if workload.fingerprint() != self.workload.fingerprint():
             return Measurement.failed(Status.FAILED, f"this runner replays {self.workload.name}, not {workload.name}")
         env = {"engine": "dataset", "dataset": self.table.name, "sha256": self.table.sha256, "seed": seed}
@@ -87,7 +71,7 @@ class DatasetRunner(RunnerBase):
                 f"configuration not present in {self.table.name} ({len(self.table.repeats)} configurations)",
                 env=env,
             )
-        i = draw_repeat(len(rows), seed, earlier_seeds)
+        i = int(np.random.default_rng(seed).integers(len(rows)))
         metrics = {m: float(v) for m, v in zip(self.table.metrics, rows[i]) if not np.isnan(v)}
         series = self.table.series.get(config, (None,) * len(rows))[i]
         # a repeat with a series replays a run that long: its device-seconds (a replay takes no time of its own)
@@ -113,15 +97,15 @@ class DatasetRunner(RunnerBase):
         return tuple(sorted(set.intersection(*runs))) if runs else ()
 
     def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
-                    go_on: GoOn, earlier_seeds: Sequence[int] = ()) -> Measurement:
+                    go_on: GoOn) -> Measurement:
         """The drawn repeat replayed rung by rung (``measure_at`` at each length): it stops where ``go_on`` says,
         with what it measured up to there; a run that reaches the last rung is the whole run's measurement
         (its metrics as recorded, latency percentiles too)."""
         done: Measurement | None = None
         for k, seconds in enumerate(rungs):
             last = k == len(rungs) - 1
-            done = self.run(config, workload, seed=seed, earlier_seeds=earlier_seeds) if last else \
-                self.measure_at(config, workload, seed=seed, seconds=seconds, earlier_seeds=earlier_seeds)
+            done = self.run(config, workload, seed=seed) if last else \
+                self.measure_at(config, workload, seed=seed, seconds=seconds)
             if done.status is not Status.SUCCEEDED:
                 return done
             if last:
@@ -131,11 +115,11 @@ class DatasetRunner(RunnerBase):
         raise ValueError("run_watched needs at least one rung")
 
     def measure_at(self, config: Config, workload: Workload, *, seed: int, seconds: float,
-                   skip_s: float = 0.0, earlier_seeds: Sequence[int] = ()) -> Measurement:
+                   skip_s: float = 0.0) -> Measurement:
         """What a run of ``seconds`` after ``skip_s`` of warm-up would have said: the mean of those intervals of
         the drawn repeat's series, for the metrics the series has (a shorter run reports no latency
         percentiles here). A repeat without a series cannot answer: FAILED, with the reason."""
-        m = self.run(config, workload, seed=seed, earlier_seeds=earlier_seeds)
+        m = self.run(config, workload, seed=seed)
         if m.status is not Status.SUCCEEDED:
             return m
         if m.series is None:

@@ -87,11 +87,11 @@ class FlakyRunner:
     def __getattr__(self, name):  # the rest of the Runner protocol is the wrapped runner's
         return getattr(self.inner, name)
 
-    def run(self, config, workload, *, seed, earlier_seeds=()) -> Measurement:
+    def run(self, config, workload, *, seed) -> Measurement:
         self.calls += 1
         if self.calls in self.fail_on:
             raise self.fail_on[self.calls]
-        return self.inner.run(config, workload, seed=seed, earlier_seeds=earlier_seeds)
+        return self.inner.run(config, workload, seed=seed)
 
 
 def test_a_runner_that_raises_fails_its_trial_and_the_campaign_goes_on(sqlite_url, bdbc):
@@ -251,11 +251,11 @@ def test_a_runner_s_host_trouble_is_not_its_configuration_s_failure(sqlite_url, 
         def metrics(self):
             return inner.metrics()
 
-        def measure(self, config, workload, *, seed, earlier_seeds=()):
+        def measure(self, config, workload, *, seed):
             Host.calls += 1
             if Host.calls == 2:
                 raise HostBusy("kept too long") if error == "busy" else HostLockRefused(errno.EPERM, "refusing it")
-            return inner.measure(config, workload, seed=seed, earlier_seeds=earlier_seeds)
+            return inner.measure(config, workload, seed=seed)
 
     campaign = Campaign.create(history := History(sqlite_url), spec(bdbc, budget=3, seed=5), runner=Host())
     with pytest.raises(HostUnavailable):

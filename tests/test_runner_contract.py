@@ -62,33 +62,6 @@ def test_dataset_draws_repeats_with_the_seed():
     assert len(draws) > 10  # 22 repeats: the seed picks among them
 
 
-@pytest.mark.parametrize("recorded", [1, 2, 3, 22])
-def test_a_trial_s_runs_draw_every_recording_before_any_twice(recorded):
-    from storetune.runners.dataset import draw_repeat
-    from storetune.tuner.execution.jobs import repeat_seeds
-
-    for trial_seed in range(30):
-        seeds = repeat_seeds(trial_seed, 2 * recorded + 1)
-        drawn = [draw_repeat(recorded, s, seeds[:k]) for k, s in enumerate(seeds)]
-        assert sorted(drawn[:recorded]) == list(range(recorded))  # each recording once
-        assert sorted(drawn[recorded:2 * recorded]) == list(range(recorded))  # then over again
-        assert drawn[0] == int(np.random.default_rng(seeds[0]).integers(recorded))  # a first run draws as always
-
-
-def test_a_re_measurement_replays_the_recording_the_first_run_did_not():
-    from storetune.tuner.execution.jobs import Job, measure, repeat_seeds
-
-    runner = make_runner("dataset", dataset=str(shared("moot_configs/PostgreSQL.csv")))
-    config = runner.space.members[0]
-    for trial_seed in range(20):
-        seeds = repeat_seeds(trial_seed, 3)
-        first = measure(runner, runner.workload, Job(1, config, seeds[:1]))
-        later = measure(runner, runner.workload, Job(1, config, seeds[1:], first_repeat=1, earlier=seeds[:1]))
-        whole = measure(runner, runner.workload, Job(1, config, seeds))
-        repeats = [m.env["repeat"] for m in first + later]
-        assert len(set(repeats)) == 3 and repeats == [m.env["repeat"] for m in whole]
-
-
 def test_dataset_configuration_absent_from_the_table_is_invalid(tmp_path: Path):
     table = tmp_path / "t.csv"
     table.write_text("a,b,PERF-\n1,1,3\n1,2,4\n2,1,5\n")  # (2, 2) was not measured

@@ -58,7 +58,7 @@ class Exploding(RunnerBase):
         self.workload = None  # type: ignore[assignment]
         self.calls = 0
 
-    def measure(self, config, workload, *, seed, earlier_seeds=()):  # type: ignore[no-untyped-def]
+    def measure(self, config, workload, *, seed):  # type: ignore[no-untyped-def]
         self.calls += 1
         raise RuntimeError("disk on fire")
 

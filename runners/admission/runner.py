@@ -8,7 +8,6 @@ a campaign reports as ``test_value`` at the end, never what it optimises.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,8 +53,7 @@ class AdmissionRunner(RunnerBase):
     def metrics(self) -> dict[str, Direction | None]:
         return {"mean_latency_us": "min", "p99_latency_us": "min", "cost_us": "min", "failover_rate": "min"}
 
-    def measure(self, config: Config, workload: Workload, *, seed: int, earlier_seeds: Sequence[int] = ()
-                ) -> Measurement:
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         cfg = AdmissionConfig.of(config)
         metrics: dict[str, float] = {}
         for part, prefix in (("validation", ""), ("test", "test_")):

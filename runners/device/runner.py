@@ -146,8 +146,7 @@ class DeviceRunner(RunnerBase):
         return {**held, hardware_resource(self.hardware): 1.0} if self.hardware else held
 
     # --- one measurement --------------------------------------------------------------------------
-    def measure(self, config: Config, workload: Workload, *, seed: int, earlier_seeds: Sequence[int] = ()
-                ) -> Measurement:
+    def measure(self, config: Config, workload: Workload, *, seed: int) -> Measurement:
         """One measurement; a runner's first is preceded by its warm-up runs of the same configuration,
         measured and discarded (a configuration the warm-up finds invalid or failing is that result,
         and the next configuration warms up instead)."""
@@ -181,7 +180,7 @@ class DeviceRunner(RunnerBase):
         return ("ops_per_s",)
 
     def run_watched(self, config: Config, workload: Workload, *, seed: int, rungs: Sequence[float],
-                    go_on: GoOn, earlier_seeds: Sequence[int] = ()) -> Measurement:
+                    go_on: GoOn) -> Measurement:
         """One measurement whose fio run is judged at each rung but the last (its ops/s so far) and interrupted
         where ``go_on`` says no: its metrics are fio's report of what it did until then, ``stopped_at_rung`` and
         ``run_length_s`` say where. Warm-up runs are not watched."""
@@ -202,7 +201,7 @@ class DeviceRunner(RunnerBase):
 
         self._progress = progress
         try:
-            m = self.run(config, workload, seed=seed, earlier_seeds=earlier_seeds)
+            m = self.run(config, workload, seed=seed)
         finally:
             self._progress = None
         if m.status is not Status.SUCCEEDED:  # refused, crashed or timed out: its duration says what it took

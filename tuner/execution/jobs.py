@@ -95,8 +95,7 @@ def on_node(measurements: list[Measurement], node: str) -> list[Measurement]:
 @dataclass(frozen=True)
 class Job:
     """One trial to measure: its configuration and one seed per repeat. A re-measurement (adaptive
-    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has, and the seeds of those
-    (``earlier``: a replay draws recordings they did not). With ``rungs``
+    repeats) carries the seeds of the repeats after the ``first_repeat`` it already has. With ``rungs``
     (multi-fidelity search), each run is watched: judged by its ``metric`` at each rung on the campaign's board,
     and stopped where the board says."""
 
@@ -104,7 +103,6 @@ class Job:
     config: Config
     seeds: tuple[int, ...]
     first_repeat: int = 0
-    earlier: tuple[int, ...] = ()  # the seeds of the trial's ``first_repeat`` runs before this job's
     rungs: tuple[float, ...] | None = None  # run lengths in seconds, the last the whole run
     metric: str | None = None
     race: bool = False  # its repeats race the incumbent's on the board, and stop when they lose
@@ -124,9 +122,8 @@ def measure(runner: Runner, workload: Workload, job: Job, record: Recorder | Non
     node = node or this_node()
     out: list[Measurement] = []
     for repeat, seed in enumerate(job.seeds, start=job.first_repeat):
-        earlier = job.earlier + job.seeds[:repeat - job.first_repeat]
         try:  # RunnerBase.run raises only HostUnavailable; a runner that only follows the protocol may raise more
-            m = _run(runner, workload, job, seed, earlier, board)
+            m = _run(runner, workload, job, seed, board)
         except HostUnavailable:
             raise
         except Exception as e:
@@ -164,10 +161,9 @@ def _lost_race(job: Job, runs: list[Measurement], board: Any) -> str | None:
         raise board_lost(e) from e
 
 
-def _run(runner: Runner, workload: Workload, job: Job, seed: int, earlier: tuple[int, ...], board: Board | None
-         ) -> Measurement:
+def _run(runner: Runner, workload: Workload, job: Job, seed: int, board: Board | None) -> Measurement:
     if job.rungs is None:
-        return runner.run(job.config, workload, seed=seed, earlier_seeds=earlier)
+        return runner.run(job.config, workload, seed=seed)
     if board is None or job.metric is None or not isinstance(runner, WatchedRunner):
         raise ValueError("a job with rungs needs a watched runner, a metric and a board to judge it on")
     metric, judged = job.metric, []
@@ -181,7 +177,7 @@ def _run(runner: Runner, workload: Workload, job: Job, seed: int, earlier: tuple
         except Exception as e:  # the board's process is gone: no fault of the configuration's
             raise board_lost(e) from e
 
-    m = runner.run_watched(job.config, workload, seed=seed, rungs=job.rungs, go_on=go_on, earlier_seeds=earlier)
+    m = runner.run_watched(job.config, workload, seed=seed, rungs=job.rungs, go_on=go_on)
     if judged:  # what it was judged on at each rung: a resumed campaign's record is rebuilt from them
         m = dataclasses.replace(m, env={**m.env, "judged": judged})
     if m.status is not Status.SUCCEEDED or "stopped_at_rung" not in m.env:

@@ -210,8 +210,7 @@ def run_loop(
                     on_start(t.number, Config(t.config))
                 done = races.runs(t.id) if races is not None else short.runs(t.id) if t.id in promoted else 0  # type: ignore[union-attr]
                 if done:
-                    seeds = repeat_seeds(t.seed, done + 1)
-                    job = Job(t.id, Config(t.config), seeds[done:], first_repeat=done, earlier=seeds[:done])
+                    job = Job(t.id, Config(t.config), repeat_seeds(t.seed, done + 1)[done:], first_repeat=done)
                 elif fidelity is not None:
                     job = Job(t.id, Config(t.config), repeat_seeds(t.seed, repeats), rungs=fidelity.lengths,
                               metric=objective.metric)  # type: ignore[union-attr]  # one metric: checked above

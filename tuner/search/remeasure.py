@@ -23,7 +23,6 @@ def stored_measurements(t: TrialView) -> list[Measurement]:
                         None if m.series is None else Series.from_dict(m.series)) for m in t.measurements or ()]
 
 
-
 class Shortened:
     """The loop's side of multi-fidelity search: the runs measured whole and the runs stopped short so far, and what
     the algorithm is told of each stopped one: its value at its rung, capped at the worst whole run so far
