@@ -182,11 +182,13 @@ def _ours(task: Task, runner: Any) -> list[Step]:
         for s in spent:
             spent[s] += sum(length + s for length in lengths)
 
-    # the budget as `tune --budget-seconds` spends it (no trial starts once it is spent), under every setup
+    # the budget as `tune --budget-seconds` is told it and spends it: its timed seconds (the loop counts run lengths;
+    # no trial starts once they are spent), so that the kept end of adaptive repeats is where a campaign has it. A
+    # setup's budget, counted with its setups, is spent no later: a run is at most ``full_s`` long.
     run_loop(campaign_id=0, tuner=tuner, runner=runner, objective=Objective(task.metric, task.direction),
              store=store, budget=10**6, repeats=1, batch_size=1, seed=task.seed, on_trial=on_trial,
              fidelity=rungs, max_repeats=task.max_repeats if rungs is not None else None,
-             stop=lambda: task.spent_all(spent))
+             budget_s=task.budget_for(0.0), stop=lambda: task.spent_all(spent))
     return steps
 
 
