@@ -117,7 +117,9 @@ def tune(
         help="Adaptive repeats: a configuration that looks better than the best so far is measured again, up "
              "to this many runs, before it replaces it (and once the space is exhausted, those within noise of it); "
              "each re-measurement is one evaluation of the budget. With --fidelity asha, the re-measurements wait "
-             "until nothing new can be asked, or for the budget's last 3 x (max repeats - 1) runs.")] = None,
+             "until nothing new can be asked; in the budget's last 3 x (max repeats - 1) runs (with --budget-seconds, "
+             "as many whole runs' seconds; at most half the budget) a due re-measurement goes before anything "
+             "new.")] = None,
     parallel: Annotated[int, typer.Option(help="Configurations measured at once, in worker processes or Ray "
                                                "tasks.")] = 1,
     executor_kind: ExecutorOpt = None,
