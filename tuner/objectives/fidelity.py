@@ -99,7 +99,7 @@ class Rungs:
         """Why a run stopped at ``rung`` (an index) was stopped, as its trial says."""
         return (f"stopped after {self.lengths[rung]:g} s of {self.full_s:g} (rung {rung + 1} of {len(self.lengths)}): "
                 f"not in the best 1/{self.eta:g} of the runs measured that long"
-                + (", where the best whole runs so far are" if self.guard else ""))
+                + (" (a rung that the best whole runs so far pass)" if self.guard else ""))
 
     def check(self, full_s: float, budget_s: float | None = None, interval_s: float | None = None) -> None:
         """Refuse a schedule that does not fit the run length or fall on the runs' reports (every ``interval_s``),
